@@ -1,0 +1,204 @@
+"""Action reconciliation: a log segment folded into the table state, as the protocol says."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_deltaberg.core.delta.actions import (
+    ActionBatch,
+    read_json_actions,
+    read_parquet_checkpoint_part,
+)
+from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment
+from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
+from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.storage import FileEntry, Storage
+
+log = logging.getLogger(__name__)
+
+SIDECAR_DIR = f"{LOG_DIR}/_sidecars"
+
+
+@dataclass
+class TableState:
+    """The reconciled state of a table at one version."""
+
+    protocol: Protocol
+    metadata: Metadata
+    adds: pa.Table  # FILE_ACTIONS_SCHEMA rows that are live files, in log order
+    removes: pa.Table  # tombstones
+    transactions: dict[str, Transaction] = field(default_factory=dict)
+    domain_metadata: dict[str, DomainMetadata] = field(default_factory=dict)
+    # Parsed stats that a checkpoint carried (stats_parsed), aligned with ``adds`` (null elsewhere).
+    checkpoint_stats: pa.Array | None = None
+    commit_info: dict[str, Any] | None = None  # commitInfo of the segment's last commit, when read
+
+
+def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> ActionBatch:
+    """All actions of the segment's checkpoint, sidecars included."""
+    cp = segment.checkpoint
+    assert cp is not None
+    if cp.is_json:
+        batch = read_json_actions(storage, table, [(cp.version, cp.files[0])], checkpoint=True)
+    else:
+        parts = [read_parquet_checkpoint_part(storage, table, cp.version, entry) for entry in cp.files]
+        batch = _concat_batches(parts)
+    sidecars = [body for _, name, body in batch.other_actions if name == "sidecar"]
+    if sidecars:
+        parts = [batch]
+        for body in sidecars:
+            entry = _sidecar_entry(body)
+            parts.append(read_parquet_checkpoint_part(storage, table, cp.version, entry, sidecar=True))
+        batch = _concat_batches(parts)
+    return batch
+
+
+def _sidecar_entry(body: dict[str, Any]) -> FileEntry:
+    # Sidecars always live in _delta_log/_sidecars; writers are encouraged to store only the name.
+    name = posixpath.basename(unquote(body["path"]))
+    return FileEntry(f"{SIDECAR_DIR}/{name}", int(body.get("sizeInBytes") or 0), int(body.get("modificationTime") or 0))
+
+
+def _concat_batches(batches: list[ActionBatch]) -> ActionBatch:
+    tables = [b.file_actions for b in batches]
+    stats = [t.column("stats_parsed") if "stats_parsed" in t.column_names else None for t in tables]
+    plain = [t.drop_columns(["stats_parsed"]) if "stats_parsed" in t.column_names else t for t in tables]
+    merged = pa.concat_tables(plain)
+    if any(s is not None for s in stats):
+        typ = next(s.type for s in stats if s is not None)
+        cols = []
+        for t, s in zip(tables, stats):
+            if s is None or s.type != typ:
+                s = pa.nulls(t.num_rows, typ)
+            cols.append(s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s)
+        merged = merged.append_column("stats_parsed", pa.concat_arrays(cols) if cols else pa.nulls(0, typ))
+    other = [a for b in batches for a in b.other_actions]
+    return ActionBatch(merged, other)
+
+
+def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
+    """Fold the checkpoint and commits of ``segment`` into a TableState."""
+    batches: list[ActionBatch] = []
+    n_checkpoint_rows = 0
+    checkpoint_stats: pa.Array | None = None
+    if segment.checkpoint is not None:
+        cp_batch = read_checkpoint(storage, table, segment)
+        files = cp_batch.file_actions
+        if "stats_parsed" in files.column_names:
+            checkpoint_stats = files.column("stats_parsed").combine_chunks()
+            files = files.drop_columns(["stats_parsed"])
+        n_checkpoint_rows = files.num_rows
+        batches.append(ActionBatch(files, cp_batch.other_actions))
+    batches.append(read_json_actions(storage, table, _commit_files(segment)))
+
+    other = [a for b in batches for a in b.other_actions]
+    protocol, metadata, txns, domains, commit_info = _reconcile_other(other, segment)
+    if protocol is None or metadata is None:
+        missing = "protocol" if protocol is None else "metaData"
+        raise CorruptLogError(
+            f"no {missing} action in the log up to this version", table=table, version=segment.version,
+            file=storage.uri(segment.checkpoint.files[0].key if segment.checkpoint else LOG_DIR),
+        )
+    all_files = pa.concat_tables([b.file_actions for b in batches])
+    if all_files.num_rows > n_checkpoint_rows:
+        keep = _newest_per_logical_file(all_files)
+        all_files = all_files.take(keep)
+        source_rows = keep
+    else:
+        # A checkpoint alone is already reconciled: one row per logical file.
+        source_rows = None
+    is_add = all_files.column("is_add")
+    adds = all_files.filter(is_add)
+    removes = all_files.filter(pc.invert(is_add))
+    if checkpoint_stats is not None:
+        if source_rows is None:
+            cp_rows = np.flatnonzero(np.asarray(is_add))
+        else:
+            add_rows = np.asarray(source_rows)[np.asarray(is_add)]
+            cp_rows = np.where(add_rows < n_checkpoint_rows, add_rows, -1)
+        checkpoint_stats = _take_or_null(checkpoint_stats, cp_rows)
+    return TableState(protocol, metadata, adds, removes, txns, domains, checkpoint_stats, commit_info)
+
+
+def _take_or_null(arr: pa.Array, rows: np.ndarray) -> pa.Array:
+    mask = rows < 0
+    idx = pa.array(np.where(mask, 0, rows), mask=mask) if mask.any() else pa.array(rows)
+    return arr.take(idx)
+
+
+def _commit_files(segment: LogSegment) -> list[tuple[int, FileEntry]]:
+    """Commits of the segment, with log compactions standing in for the ranges they cover."""
+    files: list[tuple[int, FileEntry]] = []
+    compactions = {c.start: c for c in segment.compactions}
+    skip_until = -1
+    for version, entry in segment.commits:
+        if version <= skip_until:
+            continue
+        c = compactions.get(version)
+        if c is not None:
+            files.append((c.end, c.file))
+            skip_until = c.end
+        else:
+            files.append((version, entry))
+    return files
+
+
+def _newest_per_logical_file(files: pa.Table) -> pa.Array:
+    """Row indices of the newest action for each (path, deletionVector.uniqueId), in log order."""
+    path = files.column("path").combine_chunks()
+    dv = files.column("deletionVector").combine_chunks()
+    if dv.null_count == len(dv):
+        key = path
+    else:
+        offset = dv.field("offset")
+        offset_str = pc.if_else(
+            offset.is_valid(), pc.binary_join_element_wise("@", offset.cast(pa.string()), ""), ""
+        )
+        uid = pc.binary_join_element_wise(dv.field("storageType"), dv.field("pathOrInlineDv"), offset_str, "")
+        uid = pc.if_else(dv.is_valid(), uid, "")
+        key = pc.binary_join_element_wise(path, uid, "\x00")
+    rows = pa.array(np.arange(len(path), dtype=np.int64))
+    grouped = pa.table({"key": key, "row": rows}).group_by("key", use_threads=False).aggregate([("row", "max")])
+    return pa.array(np.sort(np.asarray(grouped.column("row_max"))))
+
+
+def _reconcile_other(
+    actions: list[tuple[int, str, dict[str, Any]]], segment: LogSegment
+) -> tuple[
+    Protocol | None, Metadata | None, dict[str, Transaction], dict[str, DomainMetadata], dict[str, Any] | None
+]:
+    protocol: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    txns: dict[str, Transaction] = {}
+    domains: dict[str, DomainMetadata] = {}
+    commit_info: dict[str, Any] | None = None
+    for version, name, body in actions:
+        if name == "protocol":
+            protocol = body
+        elif name == "metaData":
+            metadata = body
+        elif name == "txn":
+            txns[body["appId"]] = Transaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
+        elif name == "domainMetadata":
+            if body.get("removed"):
+                domains.pop(body["domain"], None)
+            else:
+                domains[body["domain"]] = DomainMetadata(body["domain"], body.get("configuration", ""), False)
+        elif name == "commitInfo" and version == segment.version:
+            commit_info = body
+    return (
+        Protocol.from_action(protocol) if protocol else None,
+        Metadata.from_action(metadata) if metadata else None,
+        txns,
+        domains,
+        commit_info,
+    )
+

@@ -1,0 +1,189 @@
+"""Per-file statistics: the Arrow type of parsed stats for a schema, and columnar parsing of the JSON.
+
+Stats are keyed by physical column names (as Delta writes them under column mapping).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructType
+
+_INTS = {"byte", "short", "integer", "long"}
+
+
+def _value_type(t: PrimitiveType) -> pa.DataType | None:
+    name = t.name
+    if name in _INTS:
+        return pa.int64()
+    if name in ("float", "double"):
+        return pa.float64()
+    if name == "string":
+        return pa.string()
+    if name == "boolean":
+        return pa.bool_()
+    if name == "date":
+        return pa.date32()
+    if name == "timestamp":
+        return pa.timestamp("us", "UTC")
+    if name == "timestamp_ntz":
+        return pa.timestamp("us")
+    if t.is_decimal:
+        precision, scale = t.precision_scale
+        if precision <= 38:
+            return pa.decimal128(precision, scale)
+    return None  # binary, variant, void, geospatial: no min/max in Delta stats
+
+
+def _bounds_type(schema: StructType) -> pa.StructType:
+    fields = []
+    for f in schema.fields:
+        t = _bounds_field_type(f.type)
+        if t is not None:
+            fields.append(pa.field(f.physical_name, t))
+    return pa.struct(fields)
+
+
+def _bounds_field_type(t: DataType) -> pa.DataType | None:
+    if isinstance(t, StructType):
+        inner = _bounds_type(t)
+        return inner if inner.num_fields else None
+    if isinstance(t, PrimitiveType):
+        return _value_type(t)
+    return None
+
+
+def _null_count_type(schema: StructType) -> pa.StructType:
+    fields = []
+    for f in schema.fields:
+        if isinstance(f.type, StructType):
+            fields.append(pa.field(f.physical_name, _null_count_type(f.type)))
+        else:
+            fields.append(pa.field(f.physical_name, pa.int64()))
+    return pa.struct(fields)
+
+
+def stats_type(schema: StructType) -> pa.StructType:
+    """The Arrow type of a parsed ``stats`` value for a table schema."""
+    bounds = _bounds_type(schema)
+    return pa.struct(
+        [
+            ("numRecords", pa.int64()),
+            ("minValues", bounds),
+            ("maxValues", bounds),
+            ("nullCount", _null_count_type(schema)),
+            ("tightBounds", pa.bool_()),
+        ]
+    )
+
+
+def _json_parse_type(t: pa.DataType) -> pa.DataType:
+    """The type pyarrow's JSON reader can produce on the way to ``t`` (dates arrive as strings)."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _json_parse_type(f.type)) for f in t])
+    if pa.types.is_date(t):
+        return pa.string()
+    return t
+
+
+def conform(arr: pa.Array, target: pa.DataType) -> pa.Array:
+    """Cast ``arr`` to ``target``, matching struct fields by name (missing ones become null)."""
+    if arr.type == target:
+        return arr
+    if pa.types.is_struct(target):
+        if not pa.types.is_struct(arr.type):
+            return pa.nulls(len(arr), target)
+        children = []
+        for f in target:
+            idx = arr.type.get_field_index(f.name)
+            child = arr.field(idx) if idx >= 0 else pa.nulls(len(arr), f.type)
+            children.append(conform(child, f.type))
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=arr.is_null())
+    try:
+        return arr.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.nulls(len(arr), target)
+
+
+def parse_stats(stats: pa.Array, schema: StructType) -> pa.StructArray:
+    """Parse a column of stats JSON strings (nulls allowed) into ``stats_type(schema)``."""
+    target = stats_type(schema)
+    n = len(stats)
+    if n == 0:
+        return pa.array([], target)
+    if isinstance(stats, pa.ChunkedArray):
+        stats = stats.combine_chunks()
+    valid = stats.is_valid()
+    filled = stats.fill_null("{}")
+    payload = _ndjson_buffer(filled)
+    parse_type = _json_parse_type(target)
+    try:
+        table = pj.read_json(
+            pa.BufferReader(payload),
+            read_options=pj.ReadOptions(block_size=16 << 20),
+            parse_options=pj.ParseOptions(
+                explicit_schema=pa.schema(list(parse_type)), unexpected_field_behavior="ignore"
+            ),
+        )
+        parsed = pa.StructArray.from_arrays(
+            [table.column(f.name).combine_chunks() for f in parse_type], fields=list(parse_type)
+        )
+    except pa.ArrowInvalid:
+        # Rare values the columnar reader refuses (e.g. "NaN" bounds): parse row by row, and drop
+        # such a bound rather than guess it.
+        rows = [_sanitize(json.loads(s), parse_type) for s in filled.to_pylist()]
+        parsed = pa.array(rows, parse_type)
+    result = conform(parsed, target)
+    return pa.StructArray.from_arrays(
+        [result.field(i) for i in range(target.num_fields)], fields=list(target), mask=pc.invert(valid)
+    )
+
+
+def _ndjson_buffer(strings: pa.StringArray) -> pa.Buffer:
+    """The strings one per line, as one buffer, without a Python object per string."""
+    # joining each string with "" using "\n" appends a newline to each; the fresh array's data buffer
+    # is then exactly the NDJSON payload.
+    lines = pc.binary_join_element_wise(strings, "", "\n")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1)
+    return lines.buffers()[2][: int(offsets[-1])]
+
+
+def _sanitize(value: Any, t: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_struct(t):
+        if not isinstance(value, dict):
+            return None
+        return {f.name: _sanitize(value.get(f.name), f.type) for f in t}
+    if pa.types.is_integer(t):
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if pa.types.is_floating(t):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        return None
+    if pa.types.is_boolean(t):
+        return value if isinstance(value, bool) else None
+    if pa.types.is_string(t):
+        return value if isinstance(value, str) else None
+    if pa.types.is_decimal(t):
+        return None if isinstance(value, bool) or not isinstance(value, (int, float, str)) else _decimal(value)
+    if pa.types.is_timestamp(t):
+        return None  # the columnar reader parses valid timestamps; a value it refused is unusable
+    return None
+
+
+def _decimal(value: Any) -> Any:
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        return None
+

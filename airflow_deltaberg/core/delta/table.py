@@ -1,0 +1,183 @@
+"""Entry point to a Delta table: snapshots by version or timestamp, and the actions of commit ranges."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_deltaberg.core.delta.actions import ActionBatch, read_json_actions
+from airflow_deltaberg.core.delta.log_segment import LogListing, LogSegment, build_log_segment, list_log
+from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.replay import replay
+from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
+from airflow_deltaberg.core.errors import (
+    CorruptLogError,
+    UnsupportedFeatureError,
+    VersionNotFoundError,
+)
+from airflow_deltaberg.core.storage import FileEntry, Storage, open_storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitRange:
+    """The actions of commits ``start``..``end`` (inclusive), in log order."""
+
+    start: int
+    end: int
+    actions: ActionBatch
+    timestamps: dict[int, int]
+
+    def commit_infos(self) -> dict[int, dict[str, Any]]:
+        return {v: body for v, name, body in self.actions.other_actions if name == "commitInfo"}
+
+
+class DeltaTable:
+    """A Delta table at a location (path or URI) on some storage."""
+
+    def __init__(
+        self,
+        location: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        storage: Storage | None = None,
+    ):
+        self.storage = storage or open_storage(location, storage_options)
+        self.location = self.storage.root
+
+    def __repr__(self) -> str:
+        return f"DeltaTable({self.location!r})"
+
+    def latest_version(self) -> int:
+        """The newest committed version (lists the log from `_last_checkpoint` on when present)."""
+        return build_log_segment(self.storage, self.location).version
+
+    def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None,
+                 use_compaction: bool = True) -> Snapshot:
+        """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest."""
+        if timestamp_ms is not None:
+            if version is not None:
+                raise ValueError("give a version or a timestamp, not both")
+            version = self.version_at(timestamp_ms)
+        segment = build_log_segment(self.storage, self.location, version, use_compaction=use_compaction)
+        state = replay(self.storage, self.location, segment)
+        self._check_readable(state.protocol, segment)
+        timestamp = self._commit_timestamp(segment, state.metadata, state.commit_info)
+        return Snapshot(self.location, segment.version, timestamp, segment, state)
+
+    def _check_readable(self, protocol: Any, segment: LogSegment) -> None:
+        if protocol.min_reader_version > MAX_READER_VERSION:
+            raise UnsupportedFeatureError(
+                f"reader version {protocol.min_reader_version} is newer than this project supports "
+                f"({MAX_READER_VERSION})", table=self.location, version=segment.version,
+            )
+        unsupported = sorted(protocol.effective_reader_features - SUPPORTED_READER_FEATURES)
+        if unsupported:
+            raise UnsupportedFeatureError(
+                f"unsupported reader feature(s) {', '.join(unsupported)}; upgrade airflow-deltaberg "
+                "or read the table with an engine that implements them",
+                table=self.location, version=segment.version,
+            )
+
+    # -- timestamps -------------------------------------------------------------------------------
+
+    def _commit_timestamp(self, segment: LogSegment, metadata: Metadata, commit_info: dict | None) -> int:
+        ict = _ict_enablement(metadata)
+        if ict is not None and segment.version >= ict:
+            if commit_info is not None and "inCommitTimestamp" in commit_info:
+                return int(commit_info["inCommitTimestamp"])
+            if segment.version_commit is not None:
+                return self._read_ict(segment.version, segment.version_commit)
+        if segment.version_commit is not None:
+            return segment.version_commit.mtime_ms
+        return segment.checkpoint.files[0].mtime_ms if segment.checkpoint else 0
+
+    def _read_ict(self, version: int, entry: FileEntry) -> int:
+        first = self.storage.read(entry.key).split(b"\n", 1)[0]
+        try:
+            info = json.loads(first)["commitInfo"]
+            return int(info["inCommitTimestamp"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptLogError(
+                "in-commit timestamps are enabled but the first action is not a commitInfo with "
+                "inCommitTimestamp", table=self.location, version=version, file=self.storage.uri(entry.key),
+            ) from exc
+
+    def commit_timestamps(self) -> dict[int, int]:
+        """The commit timestamp (ms) of every commit still in the log, made monotonic as Delta does."""
+        listing = list_log(self.storage)
+        if not listing.commits:
+            self.latest_version()  # raises the right error for an empty or missing log
+        metadata = self.snapshot().metadata
+        return self._timestamps(listing, _ict_enablement(metadata))
+
+    def _timestamps(self, listing: LogListing, ict_from: int | None) -> dict[int, int]:
+        out: dict[int, int] = {}
+        previous = None
+        for version in sorted(listing.commits):
+            entry = listing.commits[version]
+            if ict_from is not None and version >= ict_from:
+                ts = self._read_ict(version, entry)
+            else:
+                ts = entry.mtime_ms
+                # File times can go backwards (clock skew, copies): Delta adjusts them to be increasing.
+                if previous is not None and ts <= previous:
+                    ts = previous + 1
+            out[version] = ts
+            previous = ts
+        return out
+
+    def version_at(self, timestamp_ms: int) -> int:
+        """The newest version committed at or before ``timestamp_ms``."""
+        timestamps = self.commit_timestamps()
+        candidates = [v for v, ts in timestamps.items() if ts <= timestamp_ms]
+        if not candidates:
+            earliest = min(timestamps.values())
+            raise VersionNotFoundError(
+                f"no version at or before timestamp {timestamp_ms}: the earliest commit kept is at {earliest}",
+                table=self.location,
+            )
+        return max(candidates)
+
+    # -- commit ranges ----------------------------------------------------------------------------
+
+    def commits(self, start: int, end: int | None = None) -> CommitRange:
+        """The actions of commits ``start``..``end`` (inclusive; ``end`` defaults to the latest)."""
+        listing = list_log(self.storage, start)
+        latest = listing.latest_version
+        if latest is None or start > latest:
+            raise VersionNotFoundError(
+                f"no commit at or after version {start} (latest is {latest})", table=self.location,
+                version=start,
+            )
+        end = latest if end is None else end
+        files = []
+        for version in range(start, end + 1):
+            entry = listing.commits.get(version)
+            if entry is None:
+                raise VersionNotFoundError(
+                    f"commit {version} is not in the log (cleaned up or never written)",
+                    table=self.location, version=version,
+                )
+            files.append((version, entry))
+        batch = read_json_actions(self.storage, self.location, files)
+        timestamps = {}
+        infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
+        for version, entry in files:
+            info = infos.get(version) or {}
+            if "inCommitTimestamp" in info:
+                timestamps[version] = int(info["inCommitTimestamp"])
+            else:
+                timestamps[version] = entry.mtime_ms
+        return CommitRange(start, end, batch, timestamps)
+
+
+def _ict_enablement(metadata: Metadata) -> int | None:
+    """The first version that carries in-commit timestamps, or None when they are off."""
+    if not metadata.bool_property("delta.enableInCommitTimestamps"):
+        return None
+    return int(metadata.configuration.get("delta.inCommitTimestampEnablementVersion", 0))

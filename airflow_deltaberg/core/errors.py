@@ -1,0 +1,60 @@
+"""The typed errors of the core library.
+
+Every message names the table, and where it applies the version and the file at fault, plus what to do.
+"""
+
+from __future__ import annotations
+
+
+class DeltabergError(Exception):
+    """Base of every error raised by airflow_deltaberg.core."""
+
+    #: False where running the same step again cannot help (bad input, unsupported table).
+    retryable: bool = False
+
+
+class StorageError(DeltabergError):
+    """Storage could not be read or written."""
+
+    retryable = True
+
+
+class FileAlreadyExistsError(StorageError):
+    """A write-if-absent found the key already there (another writer won)."""
+
+    retryable = False
+
+
+class DeltaError(DeltabergError):
+    """A problem with a Delta table or its log."""
+
+    def __init__(self, message: str, *, table: str, version: int | None = None, file: str | None = None):
+        self.table = table
+        self.version = version
+        self.file = file
+        where = [f"table {table}"]
+        if version is not None:
+            where.append(f"version {version}")
+        if file is not None:
+            where.append(f"file {file}")
+        super().__init__(f"{message} ({', '.join(where)})")
+
+
+class NotADeltaTableError(DeltaError):
+    """The location has no `_delta_log` with any commit or checkpoint."""
+
+
+class VersionNotFoundError(DeltaError):
+    """The requested version is not in the log or can no longer be reconstructed."""
+
+
+class CorruptLogError(DeltaError):
+    """A log file cannot be parsed or breaks the protocol."""
+
+
+class MissingCheckpointPartError(CorruptLogError):
+    """A checkpoint that the snapshot needs lacks a part or a sidecar."""
+
+
+class UnsupportedFeatureError(DeltaError):
+    """The table uses a reader feature or a protocol version this project does not implement."""
