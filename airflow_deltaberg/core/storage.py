@@ -7,6 +7,7 @@ A Storage is rooted at a table location; keys are '/'-separated paths relative t
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import threading
@@ -125,10 +126,15 @@ class LocalStorage(Storage):
         path = self._path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), f".{_key_name(key)}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return tmp
 
     def write_if_absent(self, key: str, data: bytes) -> None:
@@ -202,17 +208,21 @@ class FsspecStorage(Storage):
     def list_from(self, directory: str, start_after: str | None = None) -> list[FileEntry]:
         directory = directory.strip("/")
         prefix = f"{directory}/" if directory else ""
+        path = self._path(directory)
         try:
-            infos = self.fs.ls(self._path(directory), detail=True, refresh=True)
-        except FileNotFoundError:
+            try:
+                infos = self.fs.ls(path, detail=True, refresh=True)
+            except TypeError:  # a filesystem whose ls takes no refresh argument
+                infos = self.fs.ls(path, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        except TypeError:
-            infos = self.fs.ls(self._path(directory), detail=True)
         except OSError as exc:
             raise StorageError(f"cannot list {self.uri(directory)}: {exc}") from exc
+        # Listing a file gives that file itself on most stores; like a local listing, that is no directory.
+        listed = self.fs._strip_protocol(path).rstrip("/")
         entries = []
         for info in infos:
-            if info.get("type") != "file":
+            if info.get("type") != "file" or info["name"].rstrip("/") == listed:
                 continue
             name = info["name"].rstrip("/").rsplit("/", 1)[-1]
             if start_after is not None and name <= start_after:

@@ -206,7 +206,9 @@ def _raise_missing_commit(
     checkpoint: Checkpoint | None,
 ) -> None:
     earliest = min(listing.commits) if listing.commits else None
-    incomplete = [v for v in listing.incomplete_checkpoints if v <= target and (checkpoint is None or v > checkpoint.version)]
+    incomplete = [
+        v for v in listing.incomplete_checkpoints if v <= target and (checkpoint is None or v > checkpoint.version)
+    ]
     if incomplete and (earliest is None or missing < earliest):
         v = max(incomplete)
         present = ", ".join(e.name for e in listing.incomplete_checkpoints[v])

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from airflow_deltaberg.core.delta.actions import (
     ActionBatch,
+    partition_columns_of,
     read_json_actions,
     read_parquet_checkpoint_part,
 )
@@ -47,7 +48,7 @@ def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> Action
     cp = segment.checkpoint
     assert cp is not None
     if cp.is_json:
-        batch = read_json_actions(storage, table, [(cp.version, cp.files[0])], checkpoint=True)
+        batch = read_json_actions(storage, table, [(cp.version, cp.files[0])])
     else:
         parts = [read_parquet_checkpoint_part(storage, table, cp.version, entry) for entry in cp.files]
         batch = _concat_batches(parts)
@@ -75,7 +76,7 @@ def _concat_batches(batches: list[ActionBatch]) -> ActionBatch:
     if any(s is not None for s in stats):
         typ = next(s.type for s in stats if s is not None)
         cols = []
-        for t, s in zip(tables, stats):
+        for t, s in zip(tables, stats, strict=True):
             if s is None or s.type != typ:
                 s = pa.nulls(t.num_rows, typ)
             cols.append(s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s)
@@ -97,7 +98,8 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             files = files.drop_columns(["stats_parsed"])
         n_checkpoint_rows = files.num_rows
         batches.append(ActionBatch(files, cp_batch.other_actions))
-    batches.append(read_json_actions(storage, table, _commit_files(segment)))
+    known = partition_columns_of(batches[0].other_actions) if batches else None
+    batches.append(read_json_actions(storage, table, _commit_files(segment), partition_columns=known))
 
     other = [a for b in batches for a in b.other_actions]
     protocol, metadata, txns, domains, commit_info = _reconcile_other(other, segment)

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 COLUMN_MAPPING_ID = "delta.columnMapping.id"
 COLUMN_MAPPING_PHYSICAL_NAME = "delta.columnMapping.physicalName"
@@ -160,7 +160,7 @@ class StructType:
         return "struct<" + ",".join(f"{f.name}:{f.type}" for f in self.fields) + ">"
 
 
-DataType = Union[PrimitiveType, ArrayType, MapType, StructType]
+DataType = PrimitiveType | ArrayType | MapType | StructType
 
 
 def _walk_type(t: DataType, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], StructField]]:

@@ -120,13 +120,13 @@ def parse_stats(stats: pa.Array, schema: StructType) -> pa.StructArray:
         return pa.array([], target)
     if isinstance(stats, pa.ChunkedArray):
         stats = stats.combine_chunks()
-    valid = stats.is_valid()
-    filled = stats.fill_null("{}")
-    payload = _ndjson_buffer(filled)
+    if stats.null_count == n:
+        return pa.nulls(n, target)
+    present = stats.drop_null() if stats.null_count else stats
     parse_type = _json_parse_type(target)
     try:
         table = pj.read_json(
-            pa.BufferReader(payload),
+            pa.BufferReader(_ndjson_buffer(present)),
             read_options=pj.ReadOptions(block_size=16 << 20),
             parse_options=pj.ParseOptions(
                 explicit_schema=pa.schema(list(parse_type)), unexpected_field_behavior="ignore"
@@ -138,12 +138,15 @@ def parse_stats(stats: pa.Array, schema: StructType) -> pa.StructArray:
     except pa.ArrowInvalid:
         # Rare values the columnar reader refuses (e.g. "NaN" bounds): parse row by row, and drop
         # such a bound rather than guess it.
-        rows = [_sanitize(json.loads(s), parse_type) for s in filled.to_pylist()]
+        rows = [_sanitize(json.loads(s), parse_type) for s in present.to_pylist()]
         parsed = pa.array(rows, parse_type)
     result = conform(parsed, target)
-    return pa.StructArray.from_arrays(
-        [result.field(i) for i in range(target.num_fields)], fields=list(target), mask=pc.invert(valid)
-    )
+    if stats.null_count:
+        # Scatter the parsed rows back to their positions; files without stats get a null struct.
+        valid = np.asarray(stats.is_valid())
+        positions = np.cumsum(valid) - 1
+        result = result.take(pa.array(np.where(valid, positions, 0), mask=~valid))
+    return result
 
 
 def _ndjson_buffer(strings: pa.StringArray) -> pa.Buffer:
