@@ -99,7 +99,15 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         n_checkpoint_rows = files.num_rows
         batches.append(ActionBatch(files, cp_batch.other_actions))
     known = partition_columns_of(batches[0].other_actions) if batches else None
-    batches.append(read_json_actions(storage, table, _commit_files(segment), partition_columns=known))
+    for files, is_compaction in _commit_file_runs(segment):
+        batch = read_json_actions(storage, table, files, partition_columns=known)
+        if is_compaction:
+            # Log compactions written by Delta may list a logical file more than once (e.g. a remove and
+            # then the add it cancels); the first occurrence is the reconciled one (delta-kernel-rs
+            # keeps the first as well, and only that matches the replay of the commits themselves).
+            reverse = pa.array(np.arange(batch.file_actions.num_rows - 1, -1, -1, dtype=np.int64))
+            batch = ActionBatch(batch.file_actions.take(reverse), batch.other_actions)
+        batches.append(batch)
 
     other = [a for b in batches for a in b.other_actions]
     protocol, metadata, txns, domains, commit_info = _reconcile_other(other, segment)
@@ -136,21 +144,28 @@ def _take_or_null(arr: pa.Array, rows: np.ndarray) -> pa.Array:
     return arr.take(idx)
 
 
-def _commit_files(segment: LogSegment) -> list[tuple[int, FileEntry]]:
-    """Commits of the segment, with log compactions standing in for the ranges they cover."""
-    files: list[tuple[int, FileEntry]] = []
+def _commit_file_runs(segment: LogSegment) -> list[tuple[list[tuple[int, FileEntry]], bool]]:
+    """Commits of the segment in order, grouped into runs of plain commits, with each log compaction
+    standing alone in place of the commits it covers."""
+    runs: list[tuple[list[tuple[int, FileEntry]], bool]] = []
+    plain: list[tuple[int, FileEntry]] = []
     compactions = {c.start: c for c in segment.compactions}
     skip_until = -1
     for version, entry in segment.commits:
         if version <= skip_until:
             continue
         c = compactions.get(version)
-        if c is not None:
-            files.append((c.end, c.file))
-            skip_until = c.end
-        else:
-            files.append((version, entry))
-    return files
+        if c is None:
+            plain.append((version, entry))
+            continue
+        if plain:
+            runs.append((plain, False))
+            plain = []
+        runs.append(([(c.end, c.file)], True))
+        skip_until = c.end
+    if plain or not runs:
+        runs.append((plain, False))
+    return runs
 
 
 def _newest_per_logical_file(files: pa.Table) -> pa.Array:

@@ -1,0 +1,125 @@
+"""`deltaberg`: the core operations from a shell.
+
+Exit codes: 0 success, 2 error (a one-line message on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_deltaberg.core.delta import DeltaTable, Snapshot
+from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
+from airflow_deltaberg.core.errors import DeltabergError
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+
+
+def describe(snapshot: Snapshot) -> dict[str, Any]:
+    """What `deltaberg inspect` reports, as plain data."""
+    protocol = snapshot.protocol
+    return {
+        "table": snapshot.table,
+        "version": snapshot.version,
+        "timestamp_ms": snapshot.timestamp,
+        "protocol": {
+            "min_reader_version": protocol.min_reader_version,
+            "min_writer_version": protocol.min_writer_version,
+            "reader_features": sorted(protocol.effective_reader_features),
+            "writer_features": sorted(protocol.effective_writer_features),
+        },
+        "column_mapping_mode": snapshot.column_mapping_mode,
+        "schema": snapshot.schema.to_json(),
+        "partition_columns": list(snapshot.partition_columns),
+        "properties": dict(snapshot.metadata.configuration),
+        "num_files": snapshot.num_files,
+        "total_bytes": snapshot.total_bytes,
+        "num_records": snapshot.num_records,
+    }
+
+
+def _type_text(t: DataType) -> str:
+    if isinstance(t, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {_type_text(f.type)}" for f in t.fields) + ">"
+    if isinstance(t, ArrayType):
+        return f"array<{_type_text(t.element_type)}>"
+    if isinstance(t, MapType):
+        return f"map<{_type_text(t.key_type)}, {_type_text(t.value_type)}>"
+    return str(t)
+
+
+def render_text(snapshot: Snapshot) -> str:
+    info = describe(snapshot)
+    p = info["protocol"]
+    lines = [
+        f"table:            {info['table']}",
+        f"version:          {info['version']}",
+        f"protocol:         reader {p['min_reader_version']}, writer {p['min_writer_version']}",
+        f"reader features:  {', '.join(p['reader_features']) or '-'}",
+        f"writer features:  {', '.join(p['writer_features']) or '-'}",
+        f"column mapping:   {info['column_mapping_mode']}",
+        f"partition by:     {', '.join(info['partition_columns']) or '-'}",
+        f"files:            {info['num_files']}",
+        f"total bytes:      {info['total_bytes']}",
+        f"records:          {info['num_records'] if info['num_records'] is not None else 'unknown (stats missing)'}",
+        "schema:",
+    ]
+    for field in snapshot.schema.fields:
+        extra = []
+        if field.column_mapping_id is not None:
+            extra.append(f"id={field.column_mapping_id}")
+        if field.physical_name != field.name:
+            extra.append(f"physical={field.physical_name}")
+        null = "" if field.nullable else " not null"
+        suffix = f"  [{', '.join(extra)}]" if extra else ""
+        lines.append(f"  {field.name}: {_type_text(field.type)}{null}{suffix}")
+    return "\n".join(lines)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    snapshot = DeltaTable(args.table, _options(args)).snapshot(args.version)
+    if args.format == "json":
+        print(json.dumps(describe(snapshot), indent=2, sort_keys=True))
+    else:
+        print(render_text(snapshot))
+    return EXIT_OK
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    options = {}
+    for item in args.storage_option or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--storage-option expects KEY=VALUE, got {key!r}")
+        options[key] = value
+    return options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="deltaberg", description="Delta Lake tables as Apache Iceberg tables.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    inspect = sub.add_parser("inspect", help="show a Delta table's version, protocol, schema and files")
+    inspect.add_argument("table", help="table location: a path or a URI (file://, s3://, gs://, abfss://, memory://)")
+    inspect.add_argument("--version", type=int, default=None, help="time travel to this version")
+    inspect.add_argument("--format", choices=("text", "json"), default="text")
+    inspect.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                         help="an fsspec storage option (repeatable)")
+    inspect.set_defaults(run=_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except DeltabergError as exc:
+        print(f"deltaberg {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

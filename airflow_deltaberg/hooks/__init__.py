@@ -1,0 +1,5 @@
+"""Airflow hooks of the deltaberg provider."""
+
+from airflow_deltaberg.hooks.storage import DeltaStorageHook, StorageOptions
+
+__all__ = ["DeltaStorageHook", "StorageOptions"]

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create .venv and install the project with its test dependencies (idempotent, skipped when unchanged).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.deltaberg-installed
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setting up .venv (first run takes a few minutes; log in .venv/install.log)" >&2
+  if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e '.[test]'; } \
+      > .venv/install.log 2>&1; then
+    tail -n 40 .venv/install.log >&2
+    exit 1
+  fi
+  echo "$want" > "$stamp"
+fi
