@@ -119,8 +119,12 @@ class LocalStorage(Storage):
         return entries
 
     def read(self, key: str) -> bytes:
-        with open(self._path(key), "rb") as f:
-            return f.read()
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except (NotADirectoryError, IsADirectoryError) as exc:
+            # A file where a directory is expected (or the reverse) means the key does not exist.
+            raise FileNotFoundError(self._path(key)) from exc
 
     def _write_temp(self, key: str, data: bytes) -> str:
         path = self._path(key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -88,10 +88,12 @@ def partition_columns_of(other: Sequence[tuple[int, str, dict[str, Any]]]) -> li
     names: list[str] | None = None
     for _, name, body in other:
         if name == "metaData":
+            try:
+                columns = Metadata.from_action(body).physical_partition_columns
+            except (KeyError, ValueError, TypeError):
+                return None  # replay reports the broken metaData action with its file
             names = names or []
-            for column in Metadata.from_action(body).physical_partition_columns:
-                if column not in names:
-                    names.append(column)
+            names.extend(c for c in columns if c not in names)
     return names
 _BLOCK_SIZE = 8 << 20
 
@@ -126,6 +128,8 @@ def split_lines(data: bytes) -> tuple[bytes, int, list[tuple[int, bytes]]]:
     Returns the add/remove lines as one payload, their count, and the other lines with their line
     numbers. Works on line starts with numpy, so a 300k-line commit costs no Python loop per line.
     """
+    if not data.strip():
+        return b"", 0, []
     arr = np.frombuffer(data, np.uint8)
     newlines = np.flatnonzero(arr == 10)
     starts = np.concatenate(([0], newlines + 1))
@@ -263,20 +267,55 @@ def _is_complete_json(line: bytes) -> bool:
         return False
 
 
-def _raise_bad_line(storage: Storage, table: str, files: Sequence[tuple[int, FileEntry]], exc: Exception):
-    """Name the first line that is not a JSON object (only run once parsing has failed)."""
+def _raise_bad_line(
+    storage: Storage, table: str, files: Sequence[tuple[int, FileEntry]], exc: Exception
+) -> NoReturn:
+    """Name the file and line at fault once the columnar parse has failed (error path only)."""
     for version, entry in files:
-        for line_no, line in enumerate(storage.read(entry.key).split(b"\n"), start=1):
-            if not line.strip():
-                continue
+        lines = [(no, line) for no, line in enumerate(storage.read(entry.key).split(b"\n"), start=1)
+                 if line.strip() and _is_file_action_line(line)]
+        for line_no, line in lines:
             try:
                 if not isinstance(json.loads(line), dict):
                     raise ValueError("not a JSON object")
             except ValueError as bad:
                 raise CorruptLogError(f"line {line_no} is not valid JSON: {bad}", table=table, version=version,
                                       file=storage.uri(entry.key)) from exc
-    raise CorruptLogError(f"file actions do not follow the protocol's schema: {exc}",
-                          table=table, version=files[-1][0] if files else None) from exc
+        if _parses([line for _, line in lines]):
+            continue
+        # The smallest failing prefix ends at the culprit (a wrong type, or a type that conflicts with
+        # earlier lines); bisect so that a big commit costs a few parses, not one per line.
+        low, high = 1, len(lines)
+        while low < high:
+            mid = (low + high) // 2
+            if _parses([line for _, line in lines[:mid]]):
+                low = mid + 1
+            else:
+                high = mid
+        line_no = lines[low - 1][0]
+        raise CorruptLogError(
+            f"line {line_no} does not follow the protocol's schema for add/remove actions: {exc}",
+            table=table, version=version, file=storage.uri(entry.key),
+        ) from exc
+    raise CorruptLogError(f"file actions do not follow the protocol's schema: {exc}", table=table) from exc
+
+
+def _is_file_action_line(line: bytes) -> bool:
+    head = line.lstrip()[:12].replace(b" ", b"")
+    return head.startswith(b'{"add"') or head.startswith(b'{"remove"')
+
+
+def _parses(lines: list[bytes]) -> bool:
+    if not lines:
+        return True
+    try:
+        table = pj.read_json(
+            pa.BufferReader(b"\n".join(lines)),
+            parse_options=pj.ParseOptions(explicit_schema=_JSON_LINE_SCHEMA, unexpected_field_behavior="infer"),
+        )
+        return set(table.column_names) == {"add", "remove"} and table.num_rows == len(lines)
+    except pa.ArrowInvalid:
+        return False
 
 
 def _struct_to_map(arr: pa.Array | pa.ChunkedArray | None, n: int, keep_nulls: bool) -> pa.Array:

@@ -163,6 +163,13 @@ def _segment_from_listing(
     storage: Storage, table: str, listing: LogListing, version: int | None, use_compaction: bool
 ) -> LogSegment:
     latest = listing.latest_version
+    if latest is None and listing.incomplete_checkpoints:
+        v = max(listing.incomplete_checkpoints)
+        present = ", ".join(e.name for e in listing.incomplete_checkpoints[v])
+        raise MissingCheckpointPartError(
+            f"the only state left is the multi-part checkpoint of version {v}, and it lacks parts "
+            f"(present: {present})", table=table, version=v, file=storage.uri(LOG_DIR),
+        )
     if latest is None:
         if listing.has_any_file or storage.list_from(LOG_DIR):
             raise NotADeltaTableError(

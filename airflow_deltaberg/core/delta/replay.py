@@ -18,7 +18,7 @@ from airflow_deltaberg.core.delta.actions import (
     read_json_actions,
     read_parquet_checkpoint_part,
 )
-from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment
+from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
@@ -110,7 +110,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         batches.append(batch)
 
     other = [a for b in batches for a in b.other_actions]
-    protocol, metadata, txns, domains, commit_info = _reconcile_other(other, segment)
+    protocol, metadata, txns, domains, commit_info = _reconcile_other(storage, table, other, segment)
     if protocol is None or metadata is None:
         missing = "protocol" if protocol is None else "metaData"
         raise CorruptLogError(
@@ -187,35 +187,46 @@ def _newest_per_logical_file(files: pa.Table) -> pa.Array:
     return pa.array(np.sort(np.asarray(grouped.column("row_max"))))
 
 
+def _source_file(storage: Storage, segment: LogSegment, version: int) -> str:
+    """The log file an action of ``version`` was read from, for messages."""
+    if segment.checkpoint is not None and version == segment.checkpoint.version:
+        return storage.uri(segment.checkpoint.files[0].key)
+    for c in segment.compactions:
+        if c.end == version:
+            return storage.uri(c.file.key)
+    return storage.uri(commit_key(version))
+
+
 def _reconcile_other(
-    actions: list[tuple[int, str, dict[str, Any]]], segment: LogSegment
+    storage: Storage, table: str, actions: list[tuple[int, str, dict[str, Any]]], segment: LogSegment
 ) -> tuple[
     Protocol | None, Metadata | None, dict[str, Transaction], dict[str, DomainMetadata], dict[str, Any] | None
 ]:
-    protocol: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
     txns: dict[str, Transaction] = {}
     domains: dict[str, DomainMetadata] = {}
     commit_info: dict[str, Any] | None = None
     for version, name, body in actions:
-        if name == "protocol":
-            protocol = body
-        elif name == "metaData":
-            metadata = body
-        elif name == "txn":
-            txns[body["appId"]] = Transaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
-        elif name == "domainMetadata":
-            if body.get("removed"):
-                domains.pop(body["domain"], None)
-            else:
-                domains[body["domain"]] = DomainMetadata(body["domain"], body.get("configuration", ""), False)
-        elif name == "commitInfo" and version == segment.version:
-            commit_info = body
-    return (
-        Protocol.from_action(protocol) if protocol else None,
-        Metadata.from_action(metadata) if metadata else None,
-        txns,
-        domains,
-        commit_info,
-    )
-
+        try:
+            if name == "protocol":
+                protocol = Protocol.from_action(body)
+            elif name == "metaData":
+                metadata = Metadata.from_action(body)
+                metadata.schema  # noqa: B018 - parse now, so that a bad schemaString names its file
+            elif name == "txn":
+                txns[body["appId"]] = Transaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
+            elif name == "domainMetadata":
+                if body.get("removed"):
+                    domains.pop(body["domain"], None)
+                else:
+                    domains[body["domain"]] = DomainMetadata(body["domain"], body.get("configuration", ""), False)
+            elif name == "commitInfo" and version == segment.version:
+                commit_info = body
+        except (KeyError, ValueError, TypeError) as exc:
+            detail = f"lacks the field {exc.args[0]!r}" if isinstance(exc, KeyError) else f"is invalid: {exc}"
+            raise CorruptLogError(
+                f"the {name} action {detail}", table=table, version=version,
+                file=_source_file(storage, segment, version),
+            ) from exc
+    return protocol, metadata, txns, domains, commit_info

@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_deltaberg.core.delta.actions import ActionBatch, read_json_actions
-from airflow_deltaberg.core.delta.log_segment import LogListing, LogSegment, build_log_segment, list_log
+from airflow_deltaberg.core.delta.log_segment import (
+    LogListing,
+    LogSegment,
+    build_log_segment,
+    commit_key,
+    list_log,
+)
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.replay import replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
@@ -149,18 +155,28 @@ class DeltaTable:
         """The actions of commits ``start``..``end`` (inclusive; ``end`` defaults to the latest)."""
         listing = list_log(self.storage, start)
         latest = listing.latest_version
+        if latest is None and not list_log(self.storage).commits:
+            self.latest_version()  # raises NotADeltaTableError (or the error the log calls for)
         if latest is None or start > latest:
             raise VersionNotFoundError(
-                f"no commit at or after version {start} (latest is {latest})", table=self.location,
-                version=start,
+                f"no commit at or after version {start} (latest is {self.latest_version()})",
+                table=self.location, version=start,
             )
         end = latest if end is None else end
+        if end > latest:
+            raise VersionNotFoundError(f"version {end} does not exist; the latest version is {latest}",
+                                       table=self.location, version=end)
         files = []
         for version in range(start, end + 1):
             entry = listing.commits.get(version)
             if entry is None:
+                if any(v < version for v in listing.commits):
+                    raise CorruptLogError(
+                        f"the log has a gap: commit file {version:020d}.json is missing",
+                        table=self.location, version=version, file=self.storage.uri(commit_key(version)),
+                    )
                 raise VersionNotFoundError(
-                    f"commit {version} is not in the log (cleaned up or never written)",
+                    f"commit {version} is not in the log any more (log cleanup)",
                     table=self.location, version=version,
                 )
             files.append((version, entry))

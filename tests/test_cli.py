@@ -1,0 +1,68 @@
+"""`deltaberg inspect` run as a real process on tables written by deltalake."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable as PeerTable
+from deltalake import write_deltalake
+
+DELTABERG = str(Path(sys.executable).parent / "deltaberg")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DELTABERG, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture()
+def table(tmp_path: Path) -> Path:
+    path = tmp_path / "events"
+    for part, values in (("a", [1, 2, 3]), ("b", [4, 5])):
+        data = pa.table({"kind": [part] * len(values), "value": pa.array(values, pa.int64())})
+        write_deltalake(str(path), data, mode="append", partition_by=["kind"])
+    return path
+
+
+def test_inspect_json_reports_the_table(table: Path) -> None:
+    result = run("inspect", str(table), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    peer = PeerTable(str(table))
+    assert info["version"] == peer.version() == 1
+    assert info["partition_columns"] == ["kind"]
+    assert info["num_files"] == len(peer.file_uris()) == 2
+    assert info["num_records"] == 5
+    assert info["total_bytes"] == sum(p.stat().st_size for p in table.rglob("*.parquet"))
+    assert [f["name"] for f in info["schema"]["fields"]] == ["kind", "value"]
+    assert info["protocol"]["min_reader_version"] == peer.protocol().min_reader_version
+
+
+def test_inspect_time_travel_and_text(table: Path) -> None:
+    result = run("inspect", str(table), "--version", "0")
+    assert result.returncode == 0, result.stderr
+    assert "version:          0" in result.stdout
+    assert "files:            1" in result.stdout
+    assert "records:          3" in result.stdout
+    assert "partition by:     kind" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (("inspect", "{missing}"), "NotADeltaTableError"),
+        (("inspect", "{table}", "--version", "9"), "VersionNotFoundError"),
+    ],
+)
+def test_inspect_errors_exit_2_with_one_line(table: Path, tmp_path: Path, args: tuple[str, ...], error: str) -> None:
+    filled = [a.format(missing=tmp_path / "nothing-here", table=table) for a in args]
+    result = run(*filled)
+    assert result.returncode == 2
+    assert error in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert str(filled[1]) in result.stderr
