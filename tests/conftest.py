@@ -1,14 +1,29 @@
-"""Shared fixtures: the real Delta tables kept in ../shared/fixtures/delta, and writable copies of them."""
+"""Shared fixtures: the real Delta tables kept in ../shared/fixtures/delta, writable copies of them, and a
+throwaway Airflow home."""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import shutil
 import stat
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+# Airflow reads its configuration when first imported (during collection), so its environment is set at
+# import time of this conftest: a throwaway home, no example DAGs, and `spark_default` on local[*] (a
+# missing connection silently means YARN).
+if "airflow" not in sys.modules:
+    _AIRFLOW_HOME = tempfile.mkdtemp(prefix="deltaberg-airflow-home-")
+    os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+    atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[*]"}))
 
 #: The fixture tables live next to the repository: <repo>/../shared/fixtures/delta (read-only there).
 FIXTURES_DIR = Path(__file__).resolve().parents[1].parent / "shared/fixtures/delta"
