@@ -1,6 +1,6 @@
 """`deltaberg`: the core operations from a shell.
 
-Exit codes: 0 success, 2 error (a one-line message on stderr, no traceback).
+Exit codes: 0 success, 1 violations found (validate), 2 error (a one-line message on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
 from airflow_deltaberg.core.errors import DeltabergError
 
 EXIT_OK = 0
+EXIT_VIOLATIONS = 1
 EXIT_ERROR = 2
 
 
@@ -89,6 +91,19 @@ def _inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _validate(args: argparse.Namespace) -> int:
+    report = validate(
+        args.table,
+        args.level,
+        version=args.version,
+        data_checks=args.data_checks,
+        sample_size=args.sample_files,
+        storage_options=_options(args),
+    )
+    print(report.render(args.format))
+    return EXIT_OK if report.compliant else EXIT_VIOLATIONS
+
+
 def _options(args: argparse.Namespace) -> dict[str, str]:
     options = {}
     for item in args.storage_option or []:
@@ -106,9 +121,25 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("table", help="table location: a path or a URI (file://, s3://, gs://, abfss://, memory://)")
     inspect.add_argument("--version", type=int, default=None, help="time travel to this version")
     inspect.add_argument("--format", choices=("text", "json"), default="text")
-    inspect.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
-                         help="an fsspec storage option (repeatable)")
     inspect.set_defaults(run=_inspect)
+
+    check = sub.add_parser(
+        "validate",
+        help="check a Delta table against IcebergCompatV1/V2 or IcebergWriterCompatV1 "
+        "(exit 0 compliant, 1 violations, 2 error)",
+    )
+    check.add_argument("table", help="table location: a path or a URI")
+    check.add_argument("--level", choices=[lv.value for lv in Level], default=Level.WRITER_COMPAT_V1.value)
+    check.add_argument("--version", type=int, default=None, help="validate this version instead of the latest")
+    check.add_argument("--data-checks", action="store_true",
+                       help="also check stats of every file and the parquet footers of a sample")
+    check.add_argument("--sample-files", type=int, default=20, help="files whose footers the data checks read")
+    check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    check.set_defaults(run=_validate)
+
+    for command in (inspect, check):
+        command.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                             help="an fsspec storage option (repeatable)")
     return parser
 
 

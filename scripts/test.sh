@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-.venv/bin/ruff check airflow_deltaberg tests benchmarks dags_examples scripts
+.venv/bin/ruff check .
 .venv/bin/python -m pytest "$@"

@@ -58,3 +58,9 @@ class MissingCheckpointPartError(CorruptLogError):
 
 class UnsupportedFeatureError(DeltaError):
     """The table uses a reader feature or a protocol version this project does not implement."""
+
+
+class CommitConflictError(DeltaError):
+    """Another writer committed the version this commit wanted; nothing was written."""
+
+    retryable = False

@@ -1,0 +1,146 @@
+"""Optional data checks: stats of every live file, and the parquet footers of a sample of files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContext, Finding, Location, Rule
+from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
+
+FIELD_ID = b"PARQUET:field_id"
+
+
+def sample_paths(ctx: CheckContext) -> list[str]:
+    """Paths (as in the log) of up to ``sample_size`` live files, spread evenly over the file list."""
+    paths = ctx.adds.column("path")
+    n = len(paths)
+    if n == 0 or ctx.sample_size <= 0:
+        return []
+    picks = np.unique(np.linspace(0, n - 1, num=min(n, ctx.sample_size)).astype(np.int64))
+    return paths.take(pa.array(picks)).to_pylist()
+
+
+def read_footer(ctx: CheckContext, path: str) -> pq.ParquetFile:
+    """The parquet metadata of a data file (only the footer is read)."""
+    if path not in ctx._footers:
+        parts = urlsplit(path)
+        if parts.scheme or path.startswith("/"):
+            from airflow_deltaberg.core.storage import open_storage
+
+            storage, key = open_storage(path.rsplit("/", 1)[0]), unquote(path.rsplit("/", 1)[1])
+        else:
+            storage, key = ctx.storage, unquote(path)
+        fs, full = storage.arrow_path(key)
+        ctx._footers[path] = pq.ParquetFile(full, filesystem=fs)
+    return ctx._footers[path]  # type: ignore[return-value]
+
+
+def _file(path: str) -> Location:
+    return Location("file", path)
+
+
+def num_records(ctx: CheckContext) -> Iterator[Finding]:
+    counts = ctx.snapshot.files.column("stats_parsed").combine_chunks().field("numRecords")
+    missing = counts.null_count
+    if missing:
+        first = ctx.snapshot.files.column("path").filter(counts.is_null())[0].as_py()
+        yield Finding(f"{missing} live file(s) have no numRecords statistic (first: {first})", _file(first))
+
+
+def _physical(field: StructField, mode: str) -> str:
+    return field.physical_name if mode != "none" else field.name
+
+
+def partition_values_materialized(ctx: CheckContext) -> Iterator[Finding]:
+    if not ctx.metadata.partition_columns:
+        return
+    mode = ctx.metadata.column_mapping_mode
+    wanted = [_physical(ctx.schema.field(c), mode) for c in ctx.metadata.partition_columns]
+    for path in sample_paths(ctx):
+        names = set(read_footer(ctx, path).schema_arrow.names)
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            yield Finding(f"partition column(s) {', '.join(missing)} are not materialized in the file", _file(path))
+
+
+def timestamps_int64(ctx: CheckContext) -> Iterator[Finding]:
+    for path in sample_paths(ctx):
+        schema = read_footer(ctx, path).schema
+        for i in range(len(schema)):
+            column = schema.column(i)
+            if column.physical_type == "INT96":
+                yield Finding(f"column {column.path} stores timestamps as INT96; int64 is required", _file(path))
+
+
+def _expected_ids(fields: tuple[StructField, ...], mode: str) -> dict[str, tuple[int | None, DataType, StructField]]:
+    return {_physical(f, mode): (f.column_mapping_id, f.type, f) for f in fields}
+
+
+def _check_ids(arrow_field: pa.Field, expected: int | None, delta_type: DataType, owner: StructField,
+               slot: str, where: str) -> Iterator[str]:
+    meta = arrow_field.metadata or {}
+    actual = int(meta[FIELD_ID]) if FIELD_ID in meta else None
+    if expected is not None and actual != expected:
+        yield f"{where}: parquet field id {actual} but the Delta id is {expected}"
+    t = arrow_field.type
+    if isinstance(delta_type, StructType) and pa.types.is_struct(t):
+        ids = _expected_ids(delta_type.fields, "id")
+        for child in t:
+            if child.name in ids:
+                cid, ctype, cfield = ids[child.name]
+                yield from _check_ids(child, cid, ctype, cfield, "", f"{where}.{child.name}")
+    elif isinstance(delta_type, ArrayType) and (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        key = f"{slot}.element"
+        yield from _check_ids(t.value_field, _nested(owner, key), delta_type.element_type, owner, key,
+                              f"{where}.element")
+    elif isinstance(delta_type, MapType) and pa.types.is_map(t):
+        for part, child, ctype in (("key", t.key_field, delta_type.key_type),
+                                   ("value", t.item_field, delta_type.value_type)):
+            key = f"{slot}.{part}"
+            yield from _check_ids(child, _nested(owner, key), ctype, owner, key, f"{where}.{part}")
+
+
+def _nested(owner: StructField, suffix: str) -> int | None:
+    ids = owner.nested_ids
+    for prefix in dict.fromkeys((owner.physical_name, owner.name)):
+        if f"{prefix}{suffix}" in ids:
+            return ids[f"{prefix}{suffix}"]
+    return None  # a slot without a Delta id: the nested-ids rule reports it
+
+
+def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:
+    mode = ctx.metadata.column_mapping_mode
+    if mode == "none":
+        return  # no ids to compare with; the column mapping rules report it
+    expected = _expected_ids(ctx.schema.fields, mode)
+    for path in sample_paths(ctx):
+        schema = read_footer(ctx, path).schema_arrow
+        problems: list[str] = []
+        for arrow_field in schema:
+            if arrow_field.name in expected:
+                cid, dtype, dfield = expected[arrow_field.name]
+                problems.extend(_check_ids(arrow_field, cid, dtype, dfield, "", arrow_field.name))
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            yield Finding("; ".join(problems[:3]) + more, _file(path))
+
+
+DATA_RULES = [
+    Rule("data.num-records", "Every live file has numRecords", ALL_LEVELS, num_records,
+         "recompute stats (deltaberg enable --mode rewrite writes full stats)",
+         "protocol: IcebergCompatV1/V2 numRecords requirement", data=True),
+    Rule("data.partition-values-materialized", "Partition values are materialized in the files", ALL_LEVELS,
+         partition_values_materialized, "rewrite the files with the partition columns (deltaberg enable)",
+         "protocol: IcebergCompatV1/V2 partition values materialized", data=True),
+    Rule("data.timestamp-int64", "Timestamps are stored as int64", frozenset({V2, WV1}), timestamps_int64,
+         "rewrite the files with int64 timestamps (spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)",
+         "protocol: IcebergCompatV2 timestamps as int64", data=True),
+    Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1}),
+         parquet_field_ids, "rewrite the files with field ids (deltaberg enable --mode rewrite)",
+         "protocol: IcebergCompatV2 nested ids written as parquet field_id; column mapping id mode", data=True),
+]
