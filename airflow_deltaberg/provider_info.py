@@ -33,8 +33,16 @@ def get_provider_info() -> dict[str, Any]:
                 "connection-type": "deltaberg",
             }
         ],
-        "operators": [],
+        "operators": [
+            {
+                "integration-name": "Deltaberg",
+                "python-modules": ["airflow_deltaberg.operators.validate"],
+            }
+        ],
         "sensors": [],
         "triggers": [],
-        "notifications": [],
+        "notifications": [
+            "airflow_deltaberg.notifications.compliance.ComplianceEmailNotifier",
+            "airflow_deltaberg.notifications.compliance.ComplianceWebhookNotifier",
+        ],
     }

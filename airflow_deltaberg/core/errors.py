@@ -19,6 +19,12 @@ class StorageError(DeltabergError):
     retryable = True
 
 
+class StorageConfigError(StorageError):
+    """A location or storage configuration that cannot work (unknown scheme, missing filesystem package)."""
+
+    retryable = False
+
+
 class FileAlreadyExistsError(StorageError):
     """A write-if-absent found the key already there (another writer won)."""
 

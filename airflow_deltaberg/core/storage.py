@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from airflow_deltaberg.core.errors import FileAlreadyExistsError, StorageError
+from airflow_deltaberg.core.errors import FileAlreadyExistsError, StorageConfigError, StorageError
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,12 @@ class FsspecStorage(Storage):
         return entries
 
     def read(self, key: str) -> bytes:
-        return self.fs.cat_file(self._path(key))
+        try:
+            return self.fs.cat_file(self._path(key))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.uri(key)}: {exc}") from exc
 
     def write_if_absent(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -284,11 +289,11 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
     try:
         import fsspec
     except ImportError as exc:  # pragma: no cover - fsspec is a dependency
-        raise StorageError(f"{location}: fsspec is needed for {scheme}:// locations") from exc
+        raise StorageConfigError(f"{location}: fsspec is needed for {scheme}:// locations") from exc
     try:
         fs, root_path = fsspec.core.url_to_fs(location, **dict(storage_options or {}))
     except (ImportError, ValueError) as exc:
         extra = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "abfs", "abfss": "abfs"}
         hint = f" (install airflow-deltaberg[{extra[scheme]}])" if scheme in extra else ""
-        raise StorageError(f"{location}: no filesystem for {scheme}://{hint}: {exc}") from exc
+        raise StorageConfigError(f"{location}: no filesystem for {scheme}://{hint}: {exc}") from exc
     return FsspecStorage(location, fs, root_path)

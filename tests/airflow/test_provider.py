@@ -25,6 +25,21 @@ def test_entry_point_gives_provider_info() -> None:
     assert {c["connection-type"] for c in info["connection-types"]} == {"deltaberg"}
 
 
+def test_provider_info_lists_the_operator_and_notifiers() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    from airflow_deltaberg.provider_info import get_provider_info
+
+    info = get_provider_info()
+    assert [m for op in info["operators"] for m in op["python-modules"]] == ["airflow_deltaberg.operators.validate"]
+    notifiers = {
+        "airflow_deltaberg.notifications.compliance.ComplianceEmailNotifier",
+        "airflow_deltaberg.notifications.compliance.ComplianceWebhookNotifier",
+    }
+    assert set(info["notifications"]) == notifiers
+    assert notifiers <= set(ProvidersManager().notification)
+
+
 def test_providers_manager_registers_the_hook() -> None:
     from airflow.providers_manager import ProvidersManager
     from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime

@@ -12,7 +12,7 @@ from airflow_deltaberg.core.compat.protocol_rules import PROTOCOL_RULES
 from airflow_deltaberg.core.compat.report import ComplianceReport
 from airflow_deltaberg.core.compat.schema_rules import SCHEMA_RULES
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import DeltabergError, StorageError
 
 RULES: tuple[Rule, ...] = (*PROTOCOL_RULES, *SCHEMA_RULES, *FEATURE_RULES, *DATA_RULES)
 RULES_BY_ID = {rule.id: rule for rule in RULES}
@@ -42,10 +42,15 @@ def validate_snapshot(
             findings = list(rule.check(ctx))
         except DeltabergError:
             raise
-        except (OSError, ValueError) as exc:
-            raise DeltabergError(
+        except OSError as exc:
+            # I/O trouble (network, throttling) may pass: retryable.
+            raise StorageError(
                 f"rule {rule.id} could not read what it checks: {exc} (table {snapshot.table}, "
                 f"version {snapshot.version})"
+            ) from exc
+        except ValueError as exc:
+            raise DeltabergError(
+                f"rule {rule.id} found unreadable data: {exc} (table {snapshot.table}, version {snapshot.version})"
             ) from exc
         violations.extend(
             Violation(rule.id, rule.title, tuple(lv.value for lv in sorted(rule.levels, key=lambda x: x.value)),

@@ -1,0 +1,5 @@
+"""Airflow operators of the Deltaberg provider."""
+
+from airflow_deltaberg.operators.validate import ComplianceViolationError, DeltaValidateOperator
+
+__all__ = ["ComplianceViolationError", "DeltaValidateOperator"]

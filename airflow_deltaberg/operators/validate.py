@@ -1,0 +1,137 @@
+"""DeltaValidateOperator: checks a Delta table against an IcebergCompat level with the core validator."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_deltaberg.core.compat import ComplianceReport, Level, validate
+from airflow_deltaberg.core.errors import DeltabergError, DeltaError
+from airflow_deltaberg.hooks.storage import DeltaStorageHook
+
+XCOM_KEY = "compliance_report"
+
+
+class ComplianceViolationError(AirflowFailException):
+    """The table breaks rules of the level; fails the task without retries. ``report`` holds the findings."""
+
+    def __init__(self, report: ComplianceReport) -> None:
+        super().__init__(report.summary())
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.report,))
+
+
+def _parse_level(value: Any) -> Level:
+    try:
+        return Level(value)
+    except ValueError:
+        valid = ", ".join(lv.value for lv in Level)
+        raise ValueError(f"level must be one of {valid}, not {value!r}") from None
+
+
+def _parse_version(value: Any) -> int | None:
+    """A table version from a rendered template field: None, an int, or a string of digits."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"version must be an integer or None, not {value!r}")
+    try:
+        version = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"version must be an integer or None, not {value!r}") from None
+    if version < 0:
+        raise ValueError(f"version must not be negative, got {version}")
+    return version
+
+
+class DeltaValidateOperator(BaseOperator):
+    """Validate a Delta table against an IcebergCompat level and publish the compliance report.
+
+    The report dict (see ``airflow_deltaberg.core.compat.report``) is pushed to XCom under the key
+    ``compliance_report`` and returned (``return_value``). A non-compliant table fails the task without
+    retries (``ComplianceViolationError``) unless ``fail_on_violation`` is False. Errors that retrying cannot
+    fix (bad table, unsupported feature) fail the task without retries; storage errors are re-raised so the
+    task's ``retries`` apply.
+
+    :param table_uri: the table location (local path or fsspec URI). Templated.
+    :param level: ``compat-v1``, ``compat-v2`` or ``writer-compat-v1``. Templated.
+    :param data_checks: also run the rules that read file stats and Parquet footers.
+    :param sample_files: how many data files the data checks sample.
+    :param version: the table version to check; None for the latest. Templated.
+    :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook); None for none.
+    :param fail_on_violation: fail the task when the table is not compliant.
+    """
+
+    template_fields: Sequence[str] = ("table_uri", "level", "version")
+    ui_color = "#cfe8fc"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        level: Level | str = Level.WRITER_COMPAT_V1,
+        data_checks: bool = False,
+        sample_files: int = 20,
+        version: int | str | None = None,
+        deltaberg_conn_id: str | None = None,
+        fail_on_violation: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.level = level.value if isinstance(level, Level) else level
+        self.data_checks = data_checks
+        self.sample_files = sample_files
+        self.version = version
+        self.deltaberg_conn_id = deltaberg_conn_id
+        self.fail_on_violation = fail_on_violation
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            level = _parse_level(self.level)
+            version = _parse_version(self.version)
+        except ValueError as exc:
+            raise AirflowFailException(f"DeltaValidateOperator({self.table_uri}): {exc}") from exc
+        storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
+        self.log.info(
+            "Validating %s at %s against level %s (data checks: %s)",
+            self.table_uri, "the latest version" if version is None else f"version {version}",
+            level.value, self.data_checks,
+        )
+        try:
+            report = validate(
+                self.table_uri,
+                level,
+                version=version,
+                data_checks=self.data_checks,
+                sample_size=self.sample_files,
+                storage_options=storage_options,
+            )
+        except DeltabergError as exc:
+            if exc.retryable:
+                raise
+            raise AirflowFailException(self._failure_message(exc, version)) from exc
+
+        report_dict = report.to_dict()
+        context["ti"].xcom_push(key=XCOM_KEY, value=report_dict)
+        if report.compliant:
+            self.log.info("Compliance report:\n%s", report.to_text())
+            return report_dict
+        self.log.error("Compliance report:\n%s", report.to_text())
+        if self.fail_on_violation:
+            raise ComplianceViolationError(report)
+        self.log.warning("The table is not compliant; fail_on_violation is False, so the task succeeds")
+        return report_dict
+
+    def _failure_message(self, exc: DeltabergError, version: int | None) -> str:
+        """The error's message, naming the table and version when the error does not already."""
+        message = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, DeltaError) and self.table_uri not in str(exc):
+            where = "the latest version" if version is None else f"version {version}"
+            message += f" (table {self.table_uri}, {where})"
+        return message
