@@ -15,7 +15,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_deltaberg.core.errors import FileAlreadyExistsError, StorageError
+from airflow_deltaberg.core.errors import FileAlreadyExistsError, StorageConfigError, StorageError
 from airflow_deltaberg.core.storage import FileEntry, FsspecStorage, LocalStorage, Storage, open_storage
 
 KINDS = ["local-path", "local-uri", "memory"]
@@ -100,7 +100,9 @@ def test_open_storage_unknown_scheme() -> None:
     message = str(info.value)
     assert "nosuchfs://" in message
     assert "install" not in message
-    assert info.value.retryable
+    # A misconfigured location cannot be fixed by retrying.
+    assert isinstance(info.value, StorageConfigError)
+    assert not info.value.retryable
 
 
 @pytest.mark.parametrize(
