@@ -150,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeltabergError as exc:
         print(f"deltaberg {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except Exception as exc:  # noqa: BLE001 - any other failure is still "error", never "violations"
+        print(f"deltaberg {args.command}: unexpected {type(exc).__name__}: {exc} ({args.table})", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -13,6 +13,14 @@ from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContex
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
 
 FIELD_ID = b"PARQUET:field_id"
+# Columns Delta itself writes into data files, without a column mapping id: the change type of change data
+# feed (data files of UPDATE/MERGE may carry it, readers drop it) and the row tracking columns named by
+# these properties.
+CDC_TYPE_COLUMN = "_change_type"
+INTERNAL_COLUMN_PROPERTIES = (
+    "delta.rowTracking.materializedRowIdColumnName",
+    "delta.rowTracking.materializedRowCommitVersionColumnName",
+)
 
 
 def sample_paths(ctx: CheckContext) -> list[str]:
@@ -32,7 +40,9 @@ def read_footer(ctx: CheckContext, path: str) -> pq.ParquetFile:
         if parts.scheme or path.startswith("/"):
             from airflow_deltaberg.core.storage import open_storage
 
-            storage, key = open_storage(path.rsplit("/", 1)[0]), unquote(path.rsplit("/", 1)[1])
+            # An absolute path is a URI: its directory is escaped like its file name.
+            directory, name = path.rsplit("/", 1)
+            storage, key = open_storage(unquote(directory)), unquote(name)
         else:
             storage, key = ctx.storage, unquote(path)
         fs, full = storage.arrow_path(key)
@@ -60,6 +70,9 @@ def partition_values_materialized(ctx: CheckContext) -> Iterator[Finding]:
     if not ctx.metadata.partition_columns:
         return
     mode = ctx.metadata.column_mapping_mode
+    unknown = [c for c in ctx.metadata.partition_columns if c not in ctx.schema.names]
+    if unknown:  # a ValueError: validate reports the table as unreadable rather than crash on a KeyError
+        raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the table schema")
     wanted = [_physical(ctx.schema.field(c), mode) for c in ctx.metadata.partition_columns]
     for path in sample_paths(ctx):
         names = set(read_footer(ctx, path).schema_arrow.names)
@@ -81,6 +94,12 @@ def _expected_ids(fields: tuple[StructField, ...], mode: str) -> dict[str, tuple
     return {_physical(f, mode): (f.column_mapping_id, f.type, f) for f in fields}
 
 
+def _unmatched(arrow_field: pa.Field, where: str) -> Iterator[str]:
+    """A file column that matches no physical name can only be resolved by its field id: it must have one."""
+    if FIELD_ID not in (arrow_field.metadata or {}):
+        yield f"{where}: no parquet field id, and no column of the schema has this physical name"
+
+
 def _check_ids(arrow_field: pa.Field, expected: int | None, delta_type: DataType, owner: StructField,
                slot: str, where: str) -> Iterator[str]:
     meta = arrow_field.metadata or {}
@@ -94,6 +113,8 @@ def _check_ids(arrow_field: pa.Field, expected: int | None, delta_type: DataType
             if child.name in ids:
                 cid, ctype, cfield = ids[child.name]
                 yield from _check_ids(child, cid, ctype, cfield, "", f"{where}.{child.name}")
+            else:
+                yield from _unmatched(child, f"{where}.{child.name}")
     elif isinstance(delta_type, ArrayType) and (pa.types.is_list(t) or pa.types.is_large_list(t)):
         key = f"{slot}.element"
         yield from _check_ids(t.value_field, _nested(owner, key), delta_type.element_type, owner, key,
@@ -118,6 +139,7 @@ def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:
     if mode == "none":
         return  # no ids to compare with; the column mapping rules report it
     expected = _expected_ids(ctx.schema.fields, mode)
+    internal = {CDC_TYPE_COLUMN} | {ctx.config[k] for k in INTERNAL_COLUMN_PROPERTIES if k in ctx.config}
     for path in sample_paths(ctx):
         schema = read_footer(ctx, path).schema_arrow
         problems: list[str] = []
@@ -125,6 +147,8 @@ def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:
             if arrow_field.name in expected:
                 cid, dtype, dfield = expected[arrow_field.name]
                 problems.extend(_check_ids(arrow_field, cid, dtype, dfield, "", arrow_field.name))
+            elif arrow_field.name not in internal:
+                problems.extend(_unmatched(arrow_field, arrow_field.name))
         if problems:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             yield Finding("; ".join(problems[:3]) + more, _file(path))

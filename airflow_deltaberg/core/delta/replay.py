@@ -213,7 +213,10 @@ def _reconcile_other(
                 protocol = Protocol.from_action(body)
             elif name == "metaData":
                 metadata = Metadata.from_action(body)
-                metadata.schema  # noqa: B018 - parse now, so that a bad schemaString names its file
+                names = set(metadata.schema.names)  # parse now, so that a bad schemaString names its file
+                unknown = [c for c in metadata.partition_columns if c not in names]
+                if unknown:
+                    raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the schema")
             elif name == "txn":
                 txns[body["appId"]] = Transaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
             elif name == "domainMetadata":

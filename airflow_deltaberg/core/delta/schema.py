@@ -184,6 +184,8 @@ def parse_type(value: Any) -> DataType:
     kind = value.get("type")
     try:
         if kind == "struct":
+            for f in value["fields"]:
+                _check_field_metadata(f)
             return StructType(
                 tuple(
                     StructField(
@@ -206,6 +208,21 @@ def parse_type(value: Any) -> DataType:
     except KeyError as exc:
         raise SchemaError(f"a {kind} type lacks the field {exc.args[0]!r}") from exc
     raise SchemaError(f"unknown Delta type {kind!r}")
+
+
+def _check_field_metadata(f: dict[str, Any]) -> None:
+    metadata = f.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise SchemaError(f"the metadata of field {f.get('name')!r} is not an object")
+    cid = metadata.get(COLUMN_MAPPING_ID)
+    if cid is not None and (isinstance(cid, bool) or not isinstance(cid, int)):
+        raise SchemaError(f"field {f.get('name')!r} has a non-integer {COLUMN_MAPPING_ID}: {cid!r}")
+    for key in NESTED_IDS_KEYS:
+        ids = metadata.get(key)
+        if ids is not None and not (
+            isinstance(ids, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in ids.values())
+        ):
+            raise SchemaError(f"field {f.get('name')!r} has malformed {key}: {ids!r}")
 
 
 def parse_schema(schema_string: str) -> StructType:

@@ -31,6 +31,8 @@ SUPPORTED_READER_FEATURES = frozenset(
         "variantShredding",
         "variantShredding-preview",
         "geospatial",
+        "collations",
+        "collations-preview",
     }
 )
 MAX_READER_VERSION = 3

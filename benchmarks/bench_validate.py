@@ -1,0 +1,170 @@
+"""Validation benchmark: the core call of `deltaberg validate` against deltalake (delta-rs) loading the same
+table's protocol and metadata.
+
+Every measurement runs in a fresh subprocess and times only the call (imports excluded; the whole
+process's wall time is reported too):
+
+* ours: ``airflow_deltaberg.core.compat.validate(path, level)`` (no data checks), which loads the snapshot
+  (log replay of every add action) and runs every rule of the level
+* peer: ``deltalake.DeltaTable(path)`` then ``.protocol()`` and ``.metadata()``
+
+Default table: the 300k-add-action fixture (100 columns, partitioned, JSON commits, no data files). The
+figures are the median of ``--runs`` runs. The script always exits 0: it measures, it does not test.
+
+    python benchmarks/bench_validate.py [--runs 5] [--level writer-compat-v1] [--table PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_TABLE = Path("/work/shared/fixtures/delta/300k-add-files-100-col-partitioned")
+MODES = ("ours", "peer")
+
+
+def _rss_mb() -> float:
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: KiB on Linux, bytes on macOS
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / (1 << 20)
+
+
+def child(mode: str, path: str, level: str) -> None:
+    """Run the call once and print one JSON line of figures."""
+    if mode == "ours":
+        sys.path.insert(0, str(REPO))
+        from airflow_deltaberg.core.compat import validate
+
+        def call() -> dict:
+            report = validate(path, level)
+            return {"version": report.version, "violations": len(report.violations),
+                    "rules": len(report.rules_checked)}
+    else:
+        import deltalake
+
+        def call() -> dict:
+            table = deltalake.DeltaTable(path)
+            protocol, metadata = table.protocol(), table.metadata()
+            return {"version": table.version(), "reader": protocol.min_reader_version,
+                    "partitions": len(metadata.partition_columns)}
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    result = call()
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    result.update(seconds=seconds, peak_mb=_rss_mb(), cpu=after.ru_utime - before.ru_utime
+                  + after.ru_stime - before.ru_stime)
+    print(json.dumps(result))
+
+
+def run_child(mode: str, path: Path, level: str, timeout: float) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--level", level, str(path)]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{mode} exited {proc.returncode}: {' | '.join(tail)}")
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures["process_seconds"] = wall
+    return figures
+
+
+def _median(runs: list[dict], key: str) -> float | None:
+    return statistics.median(r[key] for r in runs) if runs else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs per side; the median is reported")
+    parser.add_argument("--table", type=Path, default=DEFAULT_TABLE, help="the Delta table to validate")
+    parser.add_argument("--level", default="writer-compat-v1", help="compat-v1, compat-v2 or writer-compat-v1")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds allowed for one run")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("path", nargs="?", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.path, args.level)
+        return 0
+    try:
+        return _bench(args)
+    except Exception as exc:  # a measurement script: report, never fail the caller
+        print(f"benchmark aborted: {type(exc).__name__}: {exc}")
+        return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import deltalake
+    import pyarrow
+
+    print(f"python {platform.python_version()}, pyarrow {pyarrow.__version__}, deltalake {deltalake.__version__}, "
+          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {_loadavg()}")
+    if not (args.table / "_delta_log").is_dir():
+        print(f"nothing to measure: {args.table} is not a Delta table")
+        return 0
+    print(f"table {args.table}, level {args.level}, {args.runs} run(s) per side, alternating")
+    runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    errors: dict[str, str] = {}
+    for i in range(args.runs):
+        for mode in MODES:  # alternate, so that a busy spell of the machine hits both sides
+            if mode in errors:
+                continue
+            try:
+                runs[mode].append(run_child(mode, args.table, args.level, args.timeout))
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+                errors[mode] = str(exc)[:300]
+        print(f"  run {i + 1}: " + ", ".join(
+            f"{m} {runs[m][-1]['seconds']:.2f} s" if len(runs[m]) > i else f"{m} n/a" for m in MODES), flush=True)
+
+    ours, peer = _median(runs["ours"], "seconds"), _median(runs["peer"], "seconds")
+    print()
+    print(f"Median of {args.runs} fresh processes (call time: imports excluded); load average now {_loadavg()}")
+    header = ["side", "call", "call s", "process s", "CPU s", "peak MB"]
+    lines = [
+        ["ours", f"validate(path, {args.level!r})", _fmt(ours, ".2f"),
+         _fmt(_median(runs["ours"], "process_seconds"), ".2f"), _fmt(_median(runs["ours"], "cpu"), ".2f"),
+         _fmt(_median(runs["ours"], "peak_mb"), ".0f")],
+        ["peer", "deltalake.DeltaTable(path) + protocol() + metadata()", _fmt(peer, ".2f"),
+         _fmt(_median(runs["peer"], "process_seconds"), ".2f"), _fmt(_median(runs["peer"], "cpu"), ".2f"),
+         _fmt(_median(runs["peer"], "peak_mb"), ".0f")],
+    ]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for line in lines:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
+    print()
+    print(f"ratio ours/peer (call time): {_fmt(ours / peer if ours and peer else None, '.2f')}")
+    if runs["ours"]:
+        last = runs["ours"][-1]
+        print(f"ours: version {last['version']}, {last['rules']} rules, {last['violations']} violations")
+    if runs["peer"]:
+        print(f"peer: version {runs['peer'][-1]['version']}")
+    for mode, error in errors.items():
+        print(f"error: {mode}: {error}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
