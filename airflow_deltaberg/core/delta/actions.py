@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
@@ -396,17 +395,31 @@ def _choose(is_add: np.ndarray, a: pa.Array, r: pa.Array) -> pa.Array:
     return pa.concat_arrays([a, r]).take(pa.array(idx))
 
 
+_FILE_KINDS = ("add", "remove")
+_OTHER_KINDS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
+CHECKPOINT_BATCH_ROWS = 131_072
+
+
 def read_parquet_checkpoint_part(
     storage: Storage, table: str, version: int, entry: FileEntry, *, sidecar: bool = False
 ) -> ActionBatch:
-    """Actions of one Parquet checkpoint part, V2 checkpoint or sidecar file."""
+    """Actions of one Parquet checkpoint part, V2 checkpoint or sidecar file.
+
+    File actions are read in batches and kept as chunks: a checkpoint of millions of files never needs
+    one contiguous array (string arrays overflow past 2 GB) nor a full-size copy to drop null rows.
+    """
     fs, path = storage.arrow_path(entry.key)
     try:
         pf = pq.ParquetFile(path, filesystem=fs)
         available = set(pf.schema_arrow.names)
-        wanted = [c for c in ("add", "remove", "metaData", "protocol", "txn", "domainMetadata",
-                              "checkpointMetadata", "sidecar") if c in available]
-        data = pf.read(columns=wanted)
+        other_columns = [c for c in _OTHER_KINDS if c in available]
+        other = _other_actions(pf.read(columns=other_columns), version) if other_columns else []
+        file_columns = [c for c in _FILE_KINDS if c in available]
+        pieces = []
+        if file_columns:
+            for batch in pf.iter_batches(batch_size=CHECKPOINT_BATCH_ROWS, columns=file_columns,
+                                         use_threads=True):
+                pieces.extend(_batch_file_actions(batch, version))
     except FileNotFoundError as exc:
         kind = "sidecar" if sidecar else "checkpoint part"
         raise MissingCheckpointPartError(f"the {kind} is missing", table=table, version=version,
@@ -414,31 +427,54 @@ def read_parquet_checkpoint_part(
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
-    return checkpoint_table_to_actions(data, version)
+    return ActionBatch(_concat_file_actions(pieces), other)
 
 
-def checkpoint_table_to_actions(data: pa.Table, version: int) -> ActionBatch:
-    """Split a checkpoint's columns into file actions and other actions."""
+def _batch_file_actions(batch: pa.RecordBatch | pa.Table, version: int) -> list[pa.Table]:
     pieces = []
-    for kind in ("add", "remove"):
-        if kind not in data.column_names:
+    for kind in _FILE_KINDS:
+        if kind not in batch.schema.names:
             continue
-        col = data.column(kind).combine_chunks()
-        valid = col.is_valid()
-        if not pc.any(valid).as_py():
+        col = batch.column(kind)
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if col.null_count == len(col):
             continue
-        col = col.filter(valid)
+        if col.null_count:
+            col = col.filter(col.is_valid())
         pieces.append(_checkpoint_struct_to_file_actions(col, version, kind == "add"))
+    return pieces
+
+
+def _concat_file_actions(pieces: list[pa.Table]) -> pa.Table:
+    if not pieces:
+        return _empty_file_actions()
+    with_stats = [p for p in pieces if "stats_parsed" in p.column_names]
+    if with_stats and len(with_stats) != len(pieces):
+        typ = with_stats[0].schema.field("stats_parsed").type
+        pieces = [p if "stats_parsed" in p.column_names else p.append_column("stats_parsed", pa.nulls(p.num_rows, typ))
+                  for p in pieces]
+    return pa.concat_tables(pieces, promote_options="permissive") if len(pieces) > 1 else pieces[0]
+
+
+def _other_actions(data: pa.Table, version: int) -> list[tuple[int, str, dict[str, Any]]]:
     other: list[tuple[int, str, dict[str, Any]]] = []
-    for kind in ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar"):
+    for kind in _OTHER_KINDS:
         if kind not in data.column_names:
             continue
         col = data.column(kind)
         col = col.filter(col.is_valid())
         for row in col.to_pylist():
             other.append((version, kind, _plain(row)))
-    file_actions = pa.concat_tables(pieces) if pieces else _empty_file_actions()
-    return ActionBatch(file_actions, other)
+    return other
+
+
+def checkpoint_table_to_actions(data: pa.Table, version: int) -> ActionBatch:
+    """Split a checkpoint's columns into file actions and other actions."""
+    pieces = []
+    for batch in data.to_batches(max_chunksize=CHECKPOINT_BATCH_ROWS):
+        pieces.extend(_batch_file_actions(batch, version))
+    return ActionBatch(_concat_file_actions(pieces), _other_actions(data, version))
 
 
 def _plain(value: Any) -> Any:

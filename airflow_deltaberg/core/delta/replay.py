@@ -94,7 +94,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         cp_batch = read_checkpoint(storage, table, segment)
         files = cp_batch.file_actions
         if "stats_parsed" in files.column_names:
-            checkpoint_stats = files.column("stats_parsed").combine_chunks()
+            checkpoint_stats = files.column("stats_parsed")
             files = files.drop_columns(["stats_parsed"])
         n_checkpoint_rows = files.num_rows
         batches.append(ActionBatch(files, cp_batch.other_actions))
@@ -120,7 +120,11 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     all_files = pa.concat_tables([b.file_actions for b in batches])
     if all_files.num_rows > n_checkpoint_rows:
         keep = _newest_per_logical_file(all_files)
-        all_files = all_files.take(keep)
+        # keep is ascending: a mask filter gives the same rows in the same order, chunk by chunk (no
+        # concatenation of multi-GB string columns as take would do).
+        mask = np.zeros(all_files.num_rows, dtype=bool)
+        mask[np.asarray(keep)] = True
+        all_files = all_files.filter(pa.array(mask))
         source_rows = keep
     else:
         # A checkpoint alone is already reconciled: one row per logical file.
@@ -138,7 +142,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     return TableState(protocol, metadata, adds, removes, txns, domains, checkpoint_stats, commit_info)
 
 
-def _take_or_null(arr: pa.Array, rows: np.ndarray) -> pa.Array:
+def _take_or_null(arr: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> pa.Array | pa.ChunkedArray:
     mask = rows < 0
     idx = pa.array(np.where(mask, 0, rows), mask=mask) if mask.any() else pa.array(rows)
     return arr.take(idx)

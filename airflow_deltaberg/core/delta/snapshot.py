@@ -109,11 +109,17 @@ class Snapshot:
         size, modificationTime, dataChange, stats (JSON), stats_parsed, tags, deletionVector, row
         tracking fields."""
         adds = self.state.adds
-        parsed = parse_stats(adds.column("stats").combine_chunks(), self.schema)
+        # Chunk by chunk: the stats strings of millions of files exceed what one array can hold.
+        raw = adds.column("stats")
+        parsed = pa.chunked_array([parse_stats(chunk, self.schema) for chunk in raw.chunks],
+                                  type=stats_type(self.schema)) if raw.num_chunks else parse_stats(
+            pa.array([], pa.string()), self.schema)
         if self.state.checkpoint_stats is not None:
-            from_checkpoint = conform(self.state.checkpoint_stats, stats_type(self.schema))
-            use_checkpoint = pc.and_(adds.column("stats").is_null().combine_chunks(), from_checkpoint.is_valid())
-            parsed = pc.if_else(use_checkpoint, from_checkpoint, parsed)
+            cp = self.state.checkpoint_stats
+            cp = cp.combine_chunks() if isinstance(cp, pa.ChunkedArray) else cp
+            from_checkpoint = conform(cp, stats_type(self.schema))
+            use_checkpoint = pc.and_(raw.is_null().combine_chunks(), from_checkpoint.is_valid())
+            parsed = pc.if_else(use_checkpoint, from_checkpoint, parsed.combine_chunks())
         columns = {name: adds.column(name) for name in FILE_COLUMNS if name != "stats_parsed"}
         columns["stats_parsed"] = parsed
         return pa.table({name: columns[name] for name in FILE_COLUMNS})

@@ -1,0 +1,325 @@
+"""Snapshot-load benchmark: this project's Delta log engine against delta-rs (the `deltalake` package).
+
+Every measurement runs in a fresh subprocess, so the peak RSS (``ru_maxrss``) belongs to one load:
+
+* ours:       ``DeltaTable(p).snapshot()`` then ``.files`` (live files with parsed stats, as Arrow)
+* peer:       ``deltalake.DeltaTable(p)`` then ``get_add_actions(flatten=True)`` (stats materialized)
+* peer-plain: ``deltalake.DeltaTable(p)`` then ``file_uris()`` (reference only)
+
+Tables: the 300k-add-action fixture (JSON commits, no stats) and a generated log of 1M files with stats
+for 20 columns, read from its Parquet checkpoint (generated once into benchmarks/data/, reused after).
+The figures are the median of ``--runs`` runs. The script always exits 0: it measures, it does not test.
+
+    python benchmarks/bench_snapshot_load.py [--runs 3] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_FIXTURE = Path("/work/shared/fixtures/delta/300k-add-files-100-col-partitioned")
+DEFAULT_DATA = HERE / "data"
+GENERATED = {  # the 1M-file table: parameters for gen_delta_log.generate
+    "num_files": 1_000_000,
+    "num_stat_columns": 20,
+    "num_partitions": 100,
+    "commits": 10,
+    "checkpoint": True,
+    "seed": 0,
+}
+MODES = ("ours", "peer", "peer-plain")
+PEAK_RSS_TARGET_MB = 1.5 * 1024  # 1.5 GiB
+
+
+# -- child side -------------------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux (bytes on macOS).
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / (1 << 20)
+
+
+def child(mode: str, path: str, profile_out: str | None) -> None:
+    """Load ``path`` once with ``mode`` and print one JSON line of figures."""
+    if mode == "ours":
+        sys.path.insert(0, str(REPO))
+        from airflow_deltaberg.core.delta import DeltaTable
+
+        def load() -> dict:
+            t0 = time.perf_counter()
+            snap = DeltaTable(path).snapshot()
+            t1 = time.perf_counter()
+            files = snap.files
+            return {"rows": files.num_rows, "phases": {"snapshot": t1 - t0, "files": time.perf_counter() - t1}}
+    else:
+        import deltalake
+
+        def load() -> dict:
+            t0 = time.perf_counter()
+            table = deltalake.DeltaTable(path)
+            t1 = time.perf_counter()
+            if mode == "peer":
+                rows = table.get_add_actions(flatten=True).num_rows
+                step = "get_add_actions"
+            else:
+                rows = len(table.file_uris())
+                step = "file_uris"
+            return {"rows": rows, "phases": {"open": t1 - t0, step: time.perf_counter() - t1}}
+
+    idle_mb = _rss_mb()
+    profiler = None
+    if profile_out:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    result = load()
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile_out)
+    result.update(seconds=seconds, peak_mb=_rss_mb(), idle_mb=idle_mb,
+                  cpu_user=after.ru_utime - before.ru_utime, cpu_sys=after.ru_stime - before.ru_stime)
+    print(json.dumps(result))
+
+
+# -- parent side ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    runs: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+    def median(self, key: str) -> float | None:
+        values = [r[key] for r in self.runs]
+        return statistics.median(values) if values else None
+
+    def phase_medians(self) -> dict[str, float]:
+        if not self.runs:
+            return {}
+        return {k: statistics.median(r["phases"][k] for r in self.runs) for k in self.runs[0]["phases"]}
+
+
+def run_child(mode: str, path: Path, timeout: float, profile_out: str | None = None) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, str(path)]
+    if profile_out:
+        cmd += ["--profile-out", profile_out]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{mode} exited {proc.returncode}: {' | '.join(tail)}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(mode: str, path: Path, runs: int, timeout: float) -> Figures:
+    figures = Figures()
+    for _ in range(runs):
+        try:
+            figures.runs.append(run_child(mode, path, timeout))
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+            figures.error = str(exc)[:300]
+            break
+    return figures
+
+
+def ensure_generated(data_dir: Path, regenerate: bool) -> Path:
+    sys.path.insert(0, str(HERE))
+    from gen_delta_log import is_generated
+
+    path = data_dir / "delta-1m-files-20-stat-cols-checkpoint"
+    if not regenerate and is_generated(path, **GENERATED):
+        print(f"reusing {path}")
+        return path
+    print(f"generating {path} ...", flush=True)
+    cmd = [
+        sys.executable, str(HERE / "gen_delta_log.py"), str(path), "--overwrite",
+        "--num-files", str(GENERATED["num_files"]), "--stat-columns", str(GENERATED["num_stat_columns"]),
+        "--partitions", str(GENERATED["num_partitions"]), "--commits", str(GENERATED["commits"]),
+        "--seed", str(GENERATED["seed"]), "--checkpoint" if GENERATED["checkpoint"] else "--no-checkpoint",
+    ]
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    print(f"generated in {time.perf_counter() - started:.1f} s")
+    return path
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def print_profile(stats_file: str, top: int) -> None:
+    import pstats
+
+    stats = pstats.Stats(stats_file)
+    rows = []
+    for (filename, line, func), (_cc, _nc, tottime, cumtime, _callers) in stats.stats.items():
+        rows.append((cumtime, tottime, func, f"{_short(filename)}:{line}"))
+    rows.sort(reverse=True)
+    print(f"    {'cumulative s':>12}  {'own s':>7}  function (file:line)")
+    for cumtime, tottime, func, where in rows[:top]:
+        print(f"    {cumtime:12.3f}  {tottime:7.3f}  {func} ({where})")
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", str(REPO) + "/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
+    parser.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE, help="the 300k-add-action table")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="where the 1M-file log is generated")
+    parser.add_argument("--regenerate", action="store_true", help="rebuild the generated log even if present")
+    parser.add_argument("--no-peer-plain", action="store_true", help="skip the file_uris() reference runs")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one load of ours per table (cProfile) and print the hotspots")
+    parser.add_argument("--top", type=int, default=20, help="hotspots to print with --profile")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds allowed for one load")
+    parser.add_argument("--json", type=Path, help="also write all raw figures to this file")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
+    parser.add_argument("path", nargs="?", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.path, args.profile_out)
+        return 0
+    try:
+        return _bench(args)
+    except Exception as exc:  # a measurement script: report, never fail the caller
+        print(f"benchmark aborted: {type(exc).__name__}: {exc}")
+        return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import deltalake
+    import pyarrow
+
+    print(f"python {platform.python_version()}, pyarrow {pyarrow.__version__}, deltalake {deltalake.__version__}, "
+          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {_loadavg()}")
+    tables: list[tuple[str, Path, float]] = []
+    if (args.fixture / "_delta_log").is_dir():
+        tables.append(("300k adds, JSON, no stats", args.fixture, 1.0))
+    else:
+        print(f"skipping the 300k fixture: {args.fixture} is not a Delta table")
+    tables.append(("1M adds, 20-col stats, checkpoint", ensure_generated(args.data_dir, args.regenerate), 4.0))
+
+    modes = [m for m in MODES if not (args.no_peer_plain and m == "peer-plain")]
+    results: dict[str, dict[str, Figures]] = {}
+    for name, path, _ in tables:
+        results[name] = {}
+        for mode in modes:
+            print(f"  {name}: {mode} x{args.runs} ...", flush=True)
+            results[name][mode] = measure(mode, path, args.runs, args.timeout)
+
+    print()
+    print(f"Median of {args.runs} run(s), each in a fresh process; peak MB = ru_maxrss (MiB) of that process; "
+          f"load average now {_loadavg()}")
+    header = ["table", "files", "ours s", "ours peak MB", "peer s", "peer peak MB", "ratio (ours/peer)",
+              "peer-plain s", "peer-plain MB"]
+    lines = []
+    for name, _path, _ in tables:
+        ours, peer = results[name]["ours"], results[name]["peer"]
+        plain = results[name].get("peer-plain", Figures())
+        o_s, p_s = ours.median("seconds"), peer.median("seconds")
+        rows = {r["rows"] for r in ours.runs + peer.runs + plain.runs}
+        lines.append([
+            name,
+            "/".join(str(r) for r in sorted(rows)) or "n/a",
+            _fmt(o_s, ".2f"), _fmt(ours.median("peak_mb"), ".0f"),
+            _fmt(p_s, ".2f"), _fmt(peer.median("peak_mb"), ".0f"),
+            _fmt(o_s / p_s if o_s and p_s else None, ".2f"),
+            _fmt(plain.median("seconds"), ".2f"), _fmt(plain.median("peak_mb"), ".0f"),
+        ])
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for line in lines:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
+
+    print()
+    print("Details (medians; 'runs' lists every run's wall time; CPU user+sys well below the wall time means")
+    print("the process waited for a core, i.e. the machine was busy):")
+    for name, _path, _ in tables:
+        for mode in modes:
+            fig = results[name][mode]
+            if not fig.runs:
+                print(f"  {name} / {mode}: n/a  [error: {fig.error}]")
+                continue
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in fig.phase_medians().items())
+            runs = "/".join(f"{r['seconds']:.2f}" for r in fig.runs)
+            print(f"  {name} / {mode}: runs {runs} s; phases {phases}; CPU user {fig.median('cpu_user'):.2f} "
+                  f"+ sys {fig.median('cpu_sys'):.2f} s; RSS before load {fig.median('idle_mb'):.0f} MB"
+                  + (f"  [error: {fig.error}]" if fig.error else ""))
+
+    print()
+    print("Targets:")
+    for name, _path, limit in tables:
+        ours, peer = results[name]["ours"], results[name]["peer"]
+        o_s, p_s, o_mb = ours.median("seconds"), peer.median("seconds"), ours.median("peak_mb")
+        checks = [
+            (f"{name}: load <= {limit:g} s", o_s, o_s is not None and o_s <= limit, f"{_fmt(o_s, '.2f')} s"),
+            (f"{name}: peak RSS <= 1.5 GB", o_mb, o_mb is not None and o_mb <= PEAK_RSS_TARGET_MB,
+             f"{_fmt(o_mb, '.0f')} MB"),
+            (f"{name}: not slower than deltalake", o_s, o_s is not None and p_s is not None and o_s <= p_s,
+             f"ratio {_fmt(o_s / p_s if o_s and p_s else None, '.2f')}"),
+        ]
+        for label, value, ok, shown in checks:
+            status = "unknown" if value is None else ("met" if ok else "NOT met")
+            print(f"  [{status:^7}] {label} ({shown})")
+
+    errors = [(n, m, f.error) for n, by_mode in results.items() for m, f in by_mode.items() if f.error]
+    for name, mode, error in errors:
+        print(f"error: {name} / {mode}: {error}")
+
+    if args.profile:
+        import tempfile
+
+        print()
+        for name, path, _ in tables:
+            with tempfile.NamedTemporaryFile(suffix=".prof", delete=False) as tmp:
+                out = tmp.name
+            try:
+                run_child("ours", path, args.timeout, profile_out=out)
+                print(f"Profile of ours on {name} (one load, cProfile; top {args.top} by cumulative time):")
+                print_profile(out, args.top)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"profile of {name} failed: {exc}")
+            finally:
+                os.unlink(out)
+
+    if args.json:
+        raw = {name: {m: {"runs": f.runs, "error": f.error} for m, f in by_mode.items()}
+               for name, by_mode in results.items()}
+        args.json.write_text(json.dumps(raw, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
