@@ -400,26 +400,25 @@ _OTHER_KINDS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMeta
 CHECKPOINT_BATCH_ROWS = 131_072
 
 
-def read_parquet_checkpoint_part(
-    storage: Storage, table: str, version: int, entry: FileEntry, *, sidecar: bool = False
-) -> ActionBatch:
-    """Actions of one Parquet checkpoint part, V2 checkpoint or sidecar file.
+# Stats are the bulk of a checkpoint (often >90% of its bytes); they are read on demand, see
+# read_checkpoint_stats.
+_LAZY_FIELDS = ("stats", "stats_parsed")
 
-    File actions are read in batches and kept as chunks: a checkpoint of millions of files never needs
-    one contiguous array (string arrays overflow past 2 GB) nor a full-size copy to drop null rows.
-    """
+
+def _projection(pf: pq.ParquetFile, with_stats: bool) -> list[str]:
+    columns = []
+    for kind in _FILE_KINDS:
+        if kind not in pf.schema_arrow.names:
+            continue
+        struct = pf.schema_arrow.field(kind).type
+        columns.extend(f"{kind}.{f.name}" for f in struct if with_stats or f.name not in _LAZY_FIELDS)
+    return columns
+
+
+def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sidecar: bool) -> pq.ParquetFile:
     fs, path = storage.arrow_path(entry.key)
     try:
-        pf = pq.ParquetFile(path, filesystem=fs)
-        available = set(pf.schema_arrow.names)
-        other_columns = [c for c in _OTHER_KINDS if c in available]
-        other = _other_actions(pf.read(columns=other_columns), version) if other_columns else []
-        file_columns = [c for c in _FILE_KINDS if c in available]
-        pieces = []
-        if file_columns:
-            for batch in pf.iter_batches(batch_size=CHECKPOINT_BATCH_ROWS, columns=file_columns,
-                                         use_threads=True):
-                pieces.extend(_batch_file_actions(batch, version))
+        return pq.ParquetFile(path, filesystem=fs)
     except FileNotFoundError as exc:
         kind = "sidecar" if sidecar else "checkpoint part"
         raise MissingCheckpointPartError(f"the {kind} is missing", table=table, version=version,
@@ -427,7 +426,60 @@ def read_parquet_checkpoint_part(
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
+
+
+def read_parquet_checkpoint_part(
+    storage: Storage, table: str, version: int, entry: FileEntry, *, sidecar: bool = False,
+    with_stats: bool = False,
+) -> ActionBatch:
+    """Actions of one Parquet checkpoint part, V2 checkpoint or sidecar file (stats only if asked).
+
+    File actions are read in batches and kept as chunks: a checkpoint of millions of files never needs
+    one contiguous array (string arrays overflow past 2 GB) nor a full-size copy to drop null rows.
+    """
+    pf = _open_part(storage, table, version, entry, sidecar)
+    try:
+        available = set(pf.schema_arrow.names)
+        other_columns = [c for c in _OTHER_KINDS if c in available]
+        other = _other_actions(pf.read(columns=other_columns), version) if other_columns else []
+        file_columns = _projection(pf, with_stats)
+        pieces = []
+        if file_columns:
+            for batch in pf.iter_batches(batch_size=CHECKPOINT_BATCH_ROWS, columns=file_columns,
+                                         use_threads=True):
+                pieces.extend(_batch_file_actions(batch, version))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+                              file=storage.uri(entry.key)) from exc
     return ActionBatch(_concat_file_actions(pieces), other)
+
+
+def read_checkpoint_stats(
+    storage: Storage, table: str, version: int, entry: FileEntry, *, sidecar: bool = False
+) -> tuple[list[pa.Array], list[pa.Array] | None]:
+    """The ``stats`` (and ``stats_parsed`` when present) of the add actions of one Parquet checkpoint
+    part, in the order read_parquet_checkpoint_part returns those adds, as chunks."""
+    pf = _open_part(storage, table, version, entry, sidecar)
+    if "add" not in pf.schema_arrow.names:
+        return [], None
+    fields = {f.name for f in pf.schema_arrow.field("add").type}
+    columns = ["add.path", *[f"add.{name}" for name in _LAZY_FIELDS if name in fields]]
+    raw: list[pa.Array] = []
+    parsed: list[pa.Array] | None = [] if "stats_parsed" in fields else None
+    try:
+        for batch in pf.iter_batches(batch_size=CHECKPOINT_BATCH_ROWS, columns=columns, use_threads=True):
+            add = batch.column("add")
+            if add.null_count == len(add):
+                continue
+            add = add.filter(add.is_valid()) if add.null_count else add
+            stats = _field_or_none(add, "stats")
+            raw.append(stats if stats is not None else pa.nulls(len(add), pa.string()))
+            if parsed is not None:
+                parsed.append(_field_or_none(add, "stats_parsed"))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+                              file=storage.uri(entry.key)) from exc
+    return raw, parsed
 
 
 def _batch_file_actions(batch: pa.RecordBatch | pa.Table, version: int) -> list[pa.Table]:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from airflow_deltaberg.core.delta.actions import (
     ActionBatch,
     partition_columns_of,
+    read_checkpoint_stats,
     read_json_actions,
     read_parquet_checkpoint_part,
 )
@@ -29,6 +30,42 @@ SIDECAR_DIR = f"{LOG_DIR}/_sidecars"
 
 
 @dataclass
+class CheckpointStats:
+    """Reads, on demand, the stats of the checkpoint's add actions (the bulk of a checkpoint's bytes).
+
+    ``parts`` are the checkpoint's sources in read order, with how many adds each holds; JSON sources
+    already carry their stats in the file table and contribute nulls here.
+    """
+
+    storage: Storage
+    table: str
+    version: int
+    parts: list[tuple[FileEntry | None, int, bool]]  # (parquet file or None for JSON, adds, is_sidecar)
+
+    def load(self) -> tuple[list[pa.Array], list[pa.Array] | None]:
+        raw: list[pa.Array] = []
+        parsed: list[pa.Array] = []
+        any_parsed = False
+        for entry, n_adds, sidecar in self.parts:
+            if entry is None:
+                raw.append(pa.nulls(n_adds, pa.string()))
+                parsed.append(None)  # type: ignore[arg-type]
+                continue
+            part_raw, part_parsed = read_checkpoint_stats(self.storage, self.table, self.version, entry,
+                                                          sidecar=sidecar)
+            if sum(len(c) for c in part_raw) != n_adds:
+                raise CorruptLogError("the checkpoint changed while it was read", table=self.table,
+                                      version=self.version, file=self.storage.uri(entry.key))
+            raw.extend(part_raw)
+            if part_parsed is None:
+                parsed.extend([None] * len(part_raw))  # type: ignore[list-item]
+            else:
+                any_parsed = True
+                parsed.extend(part_parsed)
+        return raw, (parsed if any_parsed else None)
+
+
+@dataclass
 class TableState:
     """The reconciled state of a table at one version."""
 
@@ -38,28 +75,42 @@ class TableState:
     removes: pa.Table  # tombstones
     transactions: dict[str, Transaction] = field(default_factory=dict)
     domain_metadata: dict[str, DomainMetadata] = field(default_factory=dict)
-    # Parsed stats that a checkpoint carried (stats_parsed), aligned with ``adds`` (null elsewhere).
-    checkpoint_stats: pa.Array | None = None
     commit_info: dict[str, Any] | None = None  # commitInfo of the segment's last commit, when read
+    # Stats of adds that come from a Parquet checkpoint are read lazily: ``checkpoint_stats`` reads them
+    # for every checkpoint add, ``checkpoint_add_index`` says which one each row of ``adds`` is (-1: none).
+    checkpoint_stats: CheckpointStats | None = None
+    checkpoint_add_index: np.ndarray | None = None
 
 
-def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> ActionBatch:
-    """All actions of the segment's checkpoint, sidecars included."""
+def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> tuple[ActionBatch, CheckpointStats]:
+    """All actions of the segment's checkpoint, sidecars included, with their stats left to read later."""
     cp = segment.checkpoint
     assert cp is not None
+    sources: list[tuple[FileEntry | None, int, bool]] = []
     if cp.is_json:
         batch = read_json_actions(storage, table, [(cp.version, cp.files[0])])
+        sources.append((None, _count_adds(batch), False))
     else:
-        parts = [read_parquet_checkpoint_part(storage, table, cp.version, entry) for entry in cp.files]
+        parts = []
+        for entry in cp.files:
+            part = read_parquet_checkpoint_part(storage, table, cp.version, entry)
+            sources.append((entry, _count_adds(part), False))
+            parts.append(part)
         batch = _concat_batches(parts)
     sidecars = [body for _, name, body in batch.other_actions if name == "sidecar"]
     if sidecars:
         parts = [batch]
         for body in sidecars:
             entry = _sidecar_entry(body)
-            parts.append(read_parquet_checkpoint_part(storage, table, cp.version, entry, sidecar=True))
+            part = read_parquet_checkpoint_part(storage, table, cp.version, entry, sidecar=True)
+            sources.append((entry, _count_adds(part), True))
+            parts.append(part)
         batch = _concat_batches(parts)
-    return batch
+    return batch, CheckpointStats(storage, table, cp.version, sources)
+
+
+def _count_adds(batch: ActionBatch) -> int:
+    return int(pc.sum(batch.file_actions.column("is_add")).as_py() or 0)
 
 
 def _sidecar_entry(body: dict[str, Any]) -> FileEntry:
@@ -89,12 +140,11 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     """Fold the checkpoint and commits of ``segment`` into a TableState."""
     batches: list[ActionBatch] = []
     n_checkpoint_rows = 0
-    checkpoint_stats: pa.Array | None = None
+    checkpoint_stats: CheckpointStats | None = None
     if segment.checkpoint is not None:
-        cp_batch = read_checkpoint(storage, table, segment)
+        cp_batch, checkpoint_stats = read_checkpoint(storage, table, segment)
         files = cp_batch.file_actions
         if "stats_parsed" in files.column_names:
-            checkpoint_stats = files.column("stats_parsed")
             files = files.drop_columns(["stats_parsed"])
         n_checkpoint_rows = files.num_rows
         batches.append(ActionBatch(files, cp_batch.other_actions))
@@ -132,20 +182,18 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     is_add = all_files.column("is_add")
     adds = all_files.filter(is_add)
     removes = all_files.filter(pc.invert(is_add))
+    add_index = None
     if checkpoint_stats is not None:
+        # Which checkpoint add each live file is: the checkpoint rows are the first rows of all_files.
+        cp_is_add = np.asarray(batches[0].file_actions.column("is_add"))
+        ordinal = np.cumsum(cp_is_add) - 1
         if source_rows is None:
-            cp_rows = np.flatnonzero(np.asarray(is_add))
+            add_index = np.arange(int(cp_is_add.sum()))
         else:
             add_rows = np.asarray(source_rows)[np.asarray(is_add)]
-            cp_rows = np.where(add_rows < n_checkpoint_rows, add_rows, -1)
-        checkpoint_stats = _take_or_null(checkpoint_stats, cp_rows)
-    return TableState(protocol, metadata, adds, removes, txns, domains, checkpoint_stats, commit_info)
-
-
-def _take_or_null(arr: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> pa.Array | pa.ChunkedArray:
-    mask = rows < 0
-    idx = pa.array(np.where(mask, 0, rows), mask=mask) if mask.any() else pa.array(rows)
-    return arr.take(idx)
+            from_cp = add_rows < n_checkpoint_rows
+            add_index = np.where(from_cp, ordinal[np.where(from_cp, add_rows, 0)], -1)
+    return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
 
 
 def _commit_file_runs(segment: LogSegment) -> list[tuple[list[tuple[int, FileEntry]], bool]]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -106,23 +107,38 @@ class Snapshot:
     @cached_property
     def files(self) -> pa.Table:
         """The live data files, one row each: path (as in the log, URI-encoded), partitionValues,
-        size, modificationTime, dataChange, stats (JSON), stats_parsed, tags, deletionVector, row
-        tracking fields."""
+        size, modificationTime, dataChange, stats (the JSON as in the log; null for files listed by a
+        Parquet checkpoint, whose stats are read only into stats_parsed), stats_parsed, tags,
+        deletionVector, row tracking fields."""
         adds = self.state.adds
-        # Chunk by chunk: the stats strings of millions of files exceed what one array can hold.
-        raw = adds.column("stats")
-        parsed = pa.chunked_array([parse_stats(chunk, self.schema) for chunk in raw.chunks],
-                                  type=stats_type(self.schema)) if raw.num_chunks else parse_stats(
-            pa.array([], pa.string()), self.schema)
-        if self.state.checkpoint_stats is not None:
-            cp = self.state.checkpoint_stats
-            cp = cp.combine_chunks() if isinstance(cp, pa.ChunkedArray) else cp
-            from_checkpoint = conform(cp, stats_type(self.schema))
-            use_checkpoint = pc.and_(raw.is_null().combine_chunks(), from_checkpoint.is_valid())
-            parsed = pc.if_else(use_checkpoint, from_checkpoint, parsed.combine_chunks())
         columns = {name: adds.column(name) for name in FILE_COLUMNS if name != "stats_parsed"}
-        columns["stats_parsed"] = parsed
+        columns["stats_parsed"] = self._parsed_stats()
         return pa.table({name: columns[name] for name in FILE_COLUMNS})
+
+    def _parsed_stats(self) -> pa.ChunkedArray:
+        target = stats_type(self.schema)
+        raw = self.state.adds.column("stats")
+        # Chunk by chunk: the stats strings of millions of files exceed what one array can hold.
+        parsed = pa.chunked_array([parse_stats(c, self.schema) for c in raw.chunks], type=target)
+        index = self.state.checkpoint_add_index
+        if self.state.checkpoint_stats is None or index is None or not (index >= 0).any():
+            return parsed
+        cp_raw, cp_parsed = self.state.checkpoint_stats.load()
+        chunks = []
+        for i, chunk in enumerate(cp_raw):
+            from_json = parse_stats(chunk, self.schema)
+            if cp_parsed is not None and cp_parsed[i] is not None:
+                # Checkpoints may carry stats only as a struct (stats_parsed), or both.
+                struct = conform(cp_parsed[i], target)
+                from_json = pc.if_else(chunk.is_null(), struct, from_json)
+            chunks.append(from_json)
+        from_checkpoint = pa.chunked_array(chunks, type=target)
+        identity = len(index) == len(from_checkpoint) == len(parsed) and bool((index == np.arange(len(index))).all())
+        if identity and raw.null_count == len(raw):
+            return from_checkpoint
+        mask = index < 0
+        taken = from_checkpoint.take(pa.array(np.where(mask, 0, index), mask=mask))
+        return pc.if_else(raw.is_null(), taken, parsed)
 
     @property
     def tombstones(self) -> pa.Table:
