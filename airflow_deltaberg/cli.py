@@ -15,6 +15,7 @@ from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
 from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg.convert import convert
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -104,6 +105,33 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK if report.compliant else EXIT_VIOLATIONS
 
 
+def _convert(args: argparse.Namespace) -> int:
+    catalog: dict[str, str] = {}
+    for item in args.catalog_property or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--catalog-property expects KEY=VALUE, got {key!r}")
+        catalog[key] = value
+    if args.catalog_uri:
+        catalog["uri"] = args.catalog_uri
+    result = convert(
+        args.table,
+        storage_options=_options(args),
+        catalog_config=catalog,
+        identifier=args.identifier,
+        version=args.version,
+    )
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(f"{result.mode}: Delta version {result.delta_version} -> Iceberg snapshot {result.snapshot_id}")
+        print(f"metadata: {result.metadata_location}")
+        print(f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s")
+        if result.identifier:
+            print(f"registered as {result.identifier}")
+    return EXIT_OK
+
+
 def _options(args: argparse.Namespace) -> dict[str, str]:
     options = {}
     for item in args.storage_option or []:
@@ -137,7 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     check.set_defaults(run=_validate)
 
-    for command in (inspect, check):
+    conv = sub.add_parser("convert", help="write Iceberg metadata for a Delta table and register it in a catalog")
+    conv.add_argument("table", help="table location: a path or a URI")
+    conv.add_argument("--version", type=int, default=None, help="convert this Delta version (default: latest)")
+    conv.add_argument("--identifier", default=None,
+                      help="catalog identifier, e.g. db.sales (not registered if absent)")
+    conv.add_argument("--catalog-uri", default=None,
+                      help="SQL catalog URI, e.g. sqlite:///catalog.db (default type sql)")
+    conv.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
+                      help="a pyiceberg catalog property (repeatable), e.g. type=rest")
+    conv.add_argument("--format", choices=("text", "json"), default="text")
+    conv.set_defaults(run=_convert)
+
+    for command in (inspect, check, conv):
         command.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                              help="an fsspec storage option (repeatable)")
     return parser

@@ -1,0 +1,1 @@
+"""Iceberg metadata: schema conversion, manifests and manifest lists."""

@@ -1,0 +1,347 @@
+"""Avro binary encoding a column at a time, and the Avro object container file writer.
+
+Rows are built from parts, left to right. Short fixed-width parts (varints, union branch bytes, short byte
+strings) are slots: columns of one (rows x bytes) matrix plus a per-row count of used bytes; consecutive slots
+share the matrix and are compacted into one binary column with a boolean mask. Long or uneven parts (paths,
+array items) stay Arrow binary columns. ``RowBuilder.finish`` joins the parts row by row with
+``binary_join_element_wise``. No Python code runs per row: loops go over parts, varint byte positions or blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MAGIC = b"Obj\x01"
+CODECS = ("null", "deflate")
+_MAX_OFFSET = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Slot:
+    """``width`` bytes per row, of which row i uses the first ``lens[i]`` (None: all of them).
+
+    ``fill(out, used)`` writes the bytes into ``out`` (rows x width); ``used`` is the matching used-byte mask,
+    or None when every slot of the matrix is full.
+    """
+
+    width: int
+    lens: np.ndarray | None
+    fill: Callable[[np.ndarray, np.ndarray | None], None]
+
+
+_UINTS = ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8))
+
+
+def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for (rows x bytes) uint8 arrays whose rows may be strided.
+
+    numpy loops slowly over a few bytes per row, so rows move as one 8/4/2/1-byte integer per run.
+    """
+    width = dst.shape[1]
+    if src.shape[0] == 1 and dst.shape[0] != 1:
+        for k in range(width):
+            dst[:, k] = src[0, k]
+        return
+    if src.strides[1] != 1:
+        src = np.ascontiguousarray(src)
+    pos = 0
+    for size, uint in _UINTS:
+        while width - pos >= size:
+            np.copyto(dst[:, pos : pos + size].view(uint), src[:, pos : pos + size].view(uint))
+            pos += size
+
+
+def matrix_slot(mat: np.ndarray) -> Slot:
+    """A slot holding ``mat`` (rows x bytes, or 1 x bytes for the same bytes in every row)."""
+    return Slot(mat.shape[1], None, lambda out, used: copy_rows(out, mat))
+
+
+def _narrowest_uint(top: int) -> type[np.unsignedinteger]:
+    for uint in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(uint).max:
+            return uint
+    return np.uint64
+
+
+def zigzag(values: np.ndarray, nonnegative: bool = False) -> np.ndarray:
+    """Avro's zig-zag mapping of signed ints to unsigned ones, in the narrowest unsigned dtype that holds them.
+
+    ``nonnegative`` promises no value is negative (lengths, counts): the mapping is then a plain doubling.
+    """
+    v = np.asarray(values)
+    if v.size == 0:
+        return np.zeros(0, np.uint8)
+    high = int(v.max())
+    low = 0 if nonnegative else int(v.min())
+    if low >= 0:
+        # Narrow first, then double: fewer bytes through every later pass.
+        z = v.astype(_narrowest_uint(2 * high))
+        z <<= 1
+        return z
+    wide = v.astype(np.int64, copy=False)
+    z64 = np.left_shift(wide, 1)
+    np.bitwise_xor(z64, wide >> 63, out=z64)
+    return z64.view(np.uint64).astype(_narrowest_uint(max(2 * high, -2 * low - 1)))
+
+
+def varint_slot(z: np.ndarray) -> Slot:
+    """Base-128 varints of unsigned values: low 7-bit group first, high bit set on all but the last byte."""
+    n = len(z)
+    top = int(z.max()) if n else 0
+    width = max(1, (top.bit_length() + 6) // 7)
+    if width == 1:
+        return Slot(1, None, lambda out, used: np.copyto(out[:, 0], z, casting="unsafe"))
+    lens = np.ones(n, np.uint8)
+    for k in range(1, width):
+        lens += z >= z.dtype.type(1 << (7 * k))
+
+    def fill(out: np.ndarray, used: np.ndarray | None) -> None:
+        for k in range(width):
+            group = z >> z.dtype.type(7 * k) if k else z
+            if k + 1 == width:
+                np.copyto(out[:, k], group, casting="unsafe")  # the top group is below 0x80
+                continue
+            # A group >= 0x80 continues: its byte is the low 7 bits with the high bit set, and that byte is the
+            # minimum of the two; a smaller group is its own byte.
+            flagged = group & z.dtype.type(0x7F)
+            flagged |= z.dtype.type(0x80)
+            np.minimum(group, flagged, out=out[:, k], casting="unsafe")
+
+    return Slot(width, lens, fill)
+
+
+def encode_long(value: int) -> bytes:
+    """One zig-zag varint, for headers and block framing."""
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def binary_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
+    """Offsets (n + 1, absolute into the data buffer) and the data buffer of a binary array."""
+    if not pa.types.is_binary(arr.type):
+        raise TypeError(f"expected binary, got {arr.type}")
+    bufs = arr.buffers()
+    n = len(arr)
+    if bufs[1] is None:
+        return np.zeros(n + 1, np.int32), pa.py_buffer(b"")
+    offsets = np.frombuffer(bufs[1], np.int32, count=arr.offset + n + 1)[arr.offset :]
+    return offsets, bufs[2] if bufs[2] is not None else pa.py_buffer(b"")
+
+
+def binary_from_offsets(offsets: np.ndarray, data: pa.Buffer | np.ndarray) -> pa.BinaryArray:
+    """A binary array over ``data`` whose value i is data[offsets[i]:offsets[i + 1]]."""
+    if len(offsets) and int(offsets[-1]) > _MAX_OFFSET:
+        raise OverflowError("encoded column exceeds 2 GiB: write fewer rows per chunk")
+    offsets = np.ascontiguousarray(offsets, dtype=np.int32)
+    buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(np.ascontiguousarray(data))
+    return pa.BinaryArray.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), buf])
+
+
+def compact(slots: list[Slot], n: int) -> pa.BinaryArray:
+    """Concatenate the used bytes of each slot, row by row, into one binary column."""
+    total = sum(s.width for s in slots)
+    mat = np.empty((n, total), np.uint8)
+    variable = any(s.lens is not None for s in slots)
+    # Full slots need no mask writes: the mask starts all True and only per-row lengths clear bytes.
+    used = np.ones((n, total), bool) if variable else None
+    row_len = np.full(n, sum(s.width for s in slots if s.lens is None), np.int32)
+    start = 0
+    for s in slots:
+        if used is not None and s.lens is not None:
+            # Column by column: numpy broadcasts over a few bytes per row much slower than over rows.
+            for k in range(s.width):
+                np.greater(s.lens, k, out=used[:, start + k])
+            row_len += s.lens
+        s.fill(mat[:, start : start + s.width], None if used is None else used[:, start : start + s.width])
+        start += s.width
+    offsets = np.zeros(n + 1, np.int64)
+    if used is None:
+        np.multiply(np.arange(n + 1, dtype=np.int64), total, out=offsets)
+        return binary_from_offsets(offsets, mat.reshape(-1))
+    np.cumsum(row_len, out=offsets[1:])
+    return binary_from_offsets(offsets, np.compress(used.reshape(-1), mat.reshape(-1)))
+
+
+class RowBuilder:
+    """Collects the encoded parts of ``n`` rows in order and joins them into one Avro value per row."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._slots: list[Slot] = []
+        self._parts: list[pa.Array] = []
+
+    def slot(self, slot: Slot, active: np.ndarray | None = None) -> None:
+        """Add a slot; rows where ``active`` is False get none of its bytes."""
+        if active is not None:
+            lens = slot.lens
+            if lens is None:
+                lens = np.full(self.n, slot.width, np.uint8 if slot.width < 256 else np.int32)
+            slot = Slot(slot.width, np.where(active, lens, lens.dtype.type(0)), slot.fill)
+        self._slots.append(slot)
+
+    def matrix(self, mat: np.ndarray, active: np.ndarray | None = None) -> None:
+        """Fixed-width bytes (rows x width)."""
+        self.slot(matrix_slot(mat), active)
+
+    def const(self, data: bytes, active: np.ndarray | None = None) -> None:
+        """The same bytes in every (active) row."""
+        self.matrix(np.frombuffer(data, np.uint8)[None, :], active)
+
+    def long(self, values: np.ndarray, active: np.ndarray | None = None, nonnegative: bool = False) -> None:
+        """Avro int/long: zig-zag varints (``nonnegative``: the caller knows no value is negative)."""
+        self.slot(varint_slot(zigzag(values, nonnegative)), active)
+
+    def branch(self, valid: np.ndarray | None) -> None:
+        """Union index of ["null", T]: 0 for null rows, 1 for valid ones (``None``: all valid)."""
+        if valid is None:
+            self.const(b"\x02")
+        else:
+            self.matrix((np.asarray(valid, bool).view(np.uint8) << np.uint8(1)).reshape(-1, 1))
+
+    def body(self, arr: pa.Array) -> None:
+        """A binary column taken as is (no nulls; one value per row)."""
+        if arr.null_count:
+            raise ValueError("body parts must not contain nulls")
+        self._flush()
+        self._parts.append(arr)
+
+    def _flush(self) -> None:
+        if self._slots:
+            self._parts.append(compact(self._slots, self.n))
+            self._slots = []
+
+    def finish(self) -> pa.BinaryArray:
+        """One encoded value per row."""
+        self._flush()
+        if not self._parts:
+            return binary_from_offsets(np.zeros(self.n + 1, np.int32), pa.py_buffer(b""))
+        if len(self._parts) == 1:
+            return self._parts[0]
+        total = sum(_data_size(p) for p in self._parts)
+        if total > _MAX_OFFSET:
+            raise OverflowError("encoded rows exceed 2 GiB: write fewer rows per chunk")
+        return pc.binary_join_element_wise(*self._parts, b"")
+
+
+def _data_size(arr: pa.Array) -> int:
+    offsets, _ = binary_parts(arr)
+    return int(offsets[-1] - offsets[0]) if len(offsets) else 0
+
+
+class _Writable(Protocol):
+    def write(self, data: Any) -> Any: ...
+
+
+def deflate(payload: bytes | memoryview, level: int) -> bytes:
+    """Raw RFC 1951 deflate (no zlib header or checksum), as Avro's deflate codec stores blocks."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(payload) + compressor.flush()
+
+
+class AvroContainerWriter:
+    """Writes an Avro object container file: header, then blocks of already encoded rows.
+
+    With ``threads`` > 1, deflate runs on a thread pool (zlib releases the GIL) while the caller encodes the next
+    rows; blocks are still written in order. ``close`` (or leaving the ``with`` block) writes what is pending;
+    the stream itself is never closed here.
+    """
+
+    def __init__(
+        self,
+        stream: _Writable,
+        schema: Mapping[str, Any] | str,
+        metadata: Mapping[str, str | bytes] | None = None,
+        *,
+        codec: str = "null",
+        compression_level: int = 1,
+        sync_marker: bytes | None = None,
+        threads: int = 1,
+    ) -> None:
+        if codec not in CODECS:
+            raise ValueError(f"unsupported Avro codec {codec!r}; expected one of {CODECS}")
+        self._stream = stream
+        self.codec = codec
+        self.compression_level = compression_level
+        self.sync_marker = sync_marker if sync_marker is not None else os.urandom(16)
+        if len(self.sync_marker) != 16:
+            raise ValueError("the sync marker must be 16 bytes")
+        self.bytes_written = 0
+        self.rows_written = 0
+        self._pool = ThreadPoolExecutor(threads) if codec == "deflate" and threads > 1 else None
+        self._pending: deque[tuple[int, Future[bytes]]] = deque()
+        self._max_pending = 2 * threads
+        schema_json = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
+        meta: dict[str, bytes] = {"avro.schema": schema_json.encode(), "avro.codec": codec.encode()}
+        for key, value in (metadata or {}).items():
+            meta[key] = value.encode() if isinstance(value, str) else bytes(value)
+        header = bytearray(MAGIC)
+        header += encode_long(len(meta))
+        for key, value in meta.items():
+            k = key.encode()
+            header += encode_long(len(k)) + k + encode_long(len(value)) + value
+        header += b"\x00" + self.sync_marker
+        self._write(bytes(header))
+
+    def __enter__(self) -> AvroContainerWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        elif self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self._stream.write(data)
+        self.bytes_written += len(data)
+
+    def _write_block(self, count: int, payload: bytes | memoryview) -> None:
+        self._write(encode_long(count) + encode_long(len(payload)))
+        self._write(payload)
+        self._write(self.sync_marker)
+
+    def write_rows(self, rows: pa.Array, block_rows: int = 4096) -> None:
+        """Write encoded rows (a binary array, one Avro value each) in blocks of at most ``block_rows``."""
+        if block_rows < 1:
+            raise ValueError("block_rows must be positive")
+        offsets, data = binary_parts(rows)
+        view = memoryview(data)
+        n = len(rows)
+        for start in range(0, n, block_rows):
+            stop = min(start + block_rows, n)
+            payload = view[int(offsets[start]) : int(offsets[stop])]
+            if self._pool is not None:
+                self._pending.append((stop - start, self._pool.submit(deflate, payload, self.compression_level)))
+                while len(self._pending) > self._max_pending:
+                    count, future = self._pending.popleft()
+                    self._write_block(count, future.result())
+            elif self.codec == "deflate":
+                self._write_block(stop - start, deflate(payload, self.compression_level))
+            else:
+                self._write_block(stop - start, payload)
+        self.rows_written += n
+
+    def close(self) -> None:
+        """Write the blocks still being compressed."""
+        while self._pending:
+            count, future = self._pending.popleft()
+            self._write_block(count, future.result())
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

@@ -1,0 +1,131 @@
+"""Live Delta files -> Iceberg data file entries (an Arrow table the manifest writer encodes)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.partitioning import PartitionSpec
+
+from airflow_deltaberg.core.delta.snapshot import Snapshot
+from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg.metrics import (
+    DEFAULT_STRING_PREFIX,
+    STRING_PREFIX_PROPERTY,
+    file_metrics,
+    stat_columns,
+)
+from airflow_deltaberg.core.iceberg.partition import partition_struct
+from airflow_deltaberg.core.iceberg.schema import ConvertedSchema
+from airflow_deltaberg.core.storage import Storage, open_storage
+
+
+class DeletionVectorsNotConvertibleError(DeltabergError):
+    """Live files carry deletion vectors, which this conversion cannot express for Iceberg readers."""
+
+
+def data_file_locations(storage: Storage, paths: pa.Array) -> pa.Array:
+    """Full locations of data files from their log paths (URI-encoded, relative to the table or absolute)."""
+    # Plain relative paths (the common case) are joined column-wise; only paths with escapes or a scheme
+    # take the per-path route.
+    special = pc.or_(pc.match_substring(paths, "%"), pc.or_(pc.match_substring(paths, ":"),
+                                                             pc.starts_with(paths, "/")))
+    joined = pc.binary_join_element_wise(pa.scalar(storage.root), paths, "/")
+    rows = np.flatnonzero(np.asarray(special.fill_null(False)))
+    if not len(rows):
+        return joined
+    fixed = []
+    for path in paths.take(pa.array(rows)).to_pylist():
+        decoded = unquote(path)
+        fixed.append(decoded if urlsplit(path).scheme or path.startswith("/") else storage.uri(decoded))
+    values = np.asarray(joined.to_pylist(), dtype=object)
+    values[rows] = fixed
+    return pa.array(values, pa.string())
+
+
+def _footer_row_count(location: str, storage: Storage) -> int:
+    if location.startswith(storage.root + "/"):
+        fs, full = storage.arrow_path(location[len(storage.root) + 1 :])
+    else:
+        parent, name = location.rsplit("/", 1)
+        fs, full = open_storage(parent).arrow_path(name)
+    return pq.ParquetFile(full, filesystem=fs).metadata.num_rows
+
+
+def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage) -> pa.Array:
+    """numRecords from the stats, or from the parquet footer when the stats lack it.
+
+    Never 0 for a file whose count is unknown: Iceberg readers skip files with record_count 0.
+    """
+    missing = np.flatnonzero(np.asarray(stats_counts.is_null()))
+    if not len(missing):
+        return stats_counts
+    paths = locations.take(pa.array(missing)).to_pylist()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        counts = list(pool.map(lambda p: _footer_row_count(p, storage), paths))
+    filled = np.asarray(stats_counts.fill_null(0)).copy()
+    filled[missing] = counts
+    return pa.array(filled, pa.int64())
+
+
+def refuse_deletion_vectors(snapshot: Snapshot) -> None:
+    dv = snapshot.state.adds.column("deletionVector").combine_chunks()
+    if dv.null_count == len(dv):
+        return
+    paths = snapshot.state.adds.column("path").filter(dv.is_valid()).to_pylist()
+    listed = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    raise DeletionVectorsNotConvertibleError(
+        f"{len(paths)} live file(s) carry deletion vectors ({listed}); Iceberg readers would return the deleted "
+        f"rows, so nothing was converted. Purge them first (REORG TABLE ... APPLY (PURGE)) "
+        f"(table {snapshot.table}, version {snapshot.version})"
+    )
+
+
+def data_file_entries(
+    snapshot: Snapshot,
+    converted: ConvertedSchema,
+    spec: PartitionSpec,
+    storage: Storage,
+    *,
+    snapshot_id: int,
+    sequence_number: int,
+) -> pa.Table:
+    """One ADDED manifest entry per live file of ``snapshot``."""
+    files = snapshot.files
+    n = files.num_rows
+    mapped = snapshot.column_mapping_mode in ("name", "id")
+    locations = data_file_locations(storage, files.column("path").combine_chunks())
+    stats = files.column("stats_parsed").combine_chunks()
+    counts = record_counts(stats.field("numRecords"), locations, storage)
+    prefix = int(snapshot.metadata.configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
+    metrics = file_metrics(stats, stat_columns(snapshot.schema, converted.schema, mapped), prefix)
+    physical = {f.name: (f.physical_name if mapped else f.name) for f in snapshot.schema.fields}
+    partitions = partition_struct(files.column("partitionValues"), spec, converted.schema, physical, snapshot.table)
+    value_counts = pa.nulls(n, metrics.null_value_counts.type)
+    return pa.table(
+        {
+            "status": pa.array(np.ones(n, dtype=np.int32)),
+            "snapshot_id": pa.array(np.full(n, snapshot_id, dtype=np.int64)),
+            "sequence_number": pa.array(np.full(n, sequence_number, dtype=np.int64)),
+            "file_sequence_number": pa.array(np.full(n, sequence_number, dtype=np.int64)),
+            "content": pa.array(np.zeros(n, dtype=np.int32)),
+            "file_path": locations,
+            "file_format": pa.array(np.full(n, "PARQUET", dtype=object), pa.string()),
+            "partition": partitions,
+            "record_count": counts,
+            "file_size_in_bytes": files.column("size").combine_chunks(),
+            "value_counts": value_counts,
+            "null_value_counts": metrics.null_value_counts,
+            "nan_value_counts": pa.nulls(n, metrics.null_value_counts.type),
+            "lower_bounds": metrics.lower_bounds,
+            "upper_bounds": metrics.upper_bounds,
+            "split_offsets": pa.nulls(n, pa.list_(pa.int64())),
+            "sort_order_id": pa.nulls(n, pa.int32()),
+            "referenced_data_file": pa.nulls(n, pa.string()),
+        }
+    )
+

@@ -1,0 +1,148 @@
+"""Delta per-file stats -> Iceberg column metrics (null counts, lower and upper bounds), kept true.
+
+Bounds must hold for every row, or Iceberg readers skip files that match. Delta truncates timestamps to
+milliseconds and strings to a prefix, so: timestamp maxima are rounded up to the last microsecond of
+their millisecond, and string maxima that may have been cut are dropped (a cut prefix is below the real
+maximum). Lower bounds survive both truncations as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg import types as it
+from pyiceberg.schema import Schema
+
+from airflow_deltaberg.core.delta.schema import PrimitiveType, StructType
+from airflow_deltaberg.core.iceberg.partition import arrow_type
+from airflow_deltaberg.core.iceberg.single_value import serialize_bounds
+
+STRING_PREFIX_PROPERTY = "delta.dataSkippingStringPrefixLength"
+DEFAULT_STRING_PREFIX = 32
+KV_INT64 = pa.list_(pa.struct([("key", pa.int32()), ("value", pa.int64())]))
+KV_BINARY = pa.list_(pa.struct([("key", pa.int32()), ("value", pa.binary())]))
+
+
+@dataclass(frozen=True)
+class StatColumn:
+    """A primitive column outside lists and maps: where its stats are and its Iceberg field."""
+
+    physical_path: tuple[str, ...]
+    field_id: int
+    iceberg_type: it.IcebergType
+
+
+def stat_columns(delta_schema: StructType, schema: Schema, mapped: bool) -> list[StatColumn]:
+    out: list[StatColumn] = []
+
+    def walk(struct: StructType, physical: tuple[str, ...], logical: tuple[str, ...]) -> Iterator[StatColumn]:
+        for f in struct.fields:
+            p = (*physical, f.physical_name if mapped else f.name)
+            q = (*logical, f.name)
+            if isinstance(f.type, StructType):
+                yield from walk(f.type, p, q)
+            elif isinstance(f.type, PrimitiveType):
+                field = schema.find_field(".".join(q))
+                yield StatColumn(p, field.field_id, field.field_type)
+
+    out.extend(walk(delta_schema, (), ()))
+    return out
+
+
+def _dig(struct: pa.StructArray, path: tuple[str, ...]) -> pa.Array | None:
+    arr: pa.Array = struct
+    for name in path:
+        if not pa.types.is_struct(arr.type) or arr.type.get_field_index(name) < 0:
+            return None
+        arr = arr.field(name)
+    return arr
+
+
+def kv_lists(keys: list[int], columns: list[pa.Array], n: int, value_type: pa.DataType) -> pa.Array:
+    """Per row, the (key, value) pairs of the columns whose value is not null, as list<struct<key,value>>."""
+    list_type = pa.list_(pa.struct([("key", pa.int32()), ("value", value_type)]))
+    if not columns:
+        return _empty_lists(n, list_type)
+    k = len(columns)
+    values = pa.concat_arrays([c.cast(value_type) for c in columns])
+    # Row-major order: pair j of row i comes from column j.
+    order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
+    values = values.take(pa.array(order))
+    key_col = pa.array(np.tile(np.asarray(keys, dtype=np.int32), n))
+    keep = np.asarray(values.is_valid())
+    counts = keep.reshape(n, k).sum(axis=1)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    mask = pa.array(keep)
+    items = pa.StructArray.from_arrays([key_col.filter(mask), values.filter(mask)], names=["key", "value"])
+    return pa.ListArray.from_arrays(pa.array(offsets), items, type=list_type)
+
+
+def _empty_lists(n: int, list_type: pa.DataType) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], list_type.value_type),
+                                    type=list_type)
+
+
+@dataclass(frozen=True)
+class FileMetrics:
+    null_value_counts: pa.Array
+    lower_bounds: pa.Array
+    upper_bounds: pa.Array
+
+
+def _round_up_millis(values: pa.Array) -> pa.Array:
+    arr = np.asarray(values.cast(pa.int64()).fill_null(0))
+    adjusted = np.where(arr % 1000 == 0, arr + 999, arr)
+    return pa.array(adjusted, pa.int64(), mask=np.asarray(values.is_null())).cast(values.type)
+
+
+def file_metrics(stats: pa.StructArray, columns: list[StatColumn], string_prefix: int) -> FileMetrics:
+    """Iceberg metrics of each file from its parsed Delta stats (nulls where Delta has none)."""
+    n = len(stats)
+    if isinstance(stats, pa.ChunkedArray):
+        stats = stats.combine_chunks()
+    tight = stats.field("tightBounds").fill_null(True) if n else pa.array([], pa.bool_())
+    num_records = stats.field("numRecords") if n else pa.array([], pa.int64())
+    keys_nc, nulls, keys_lo, lows, keys_hi, highs = [], [], [], [], [], []
+    for col in columns:
+        target = arrow_type(col.iceberg_type)
+        null_count = _dig(stats.field("nullCount"), col.physical_path) if n else None
+        if null_count is not None and pa.types.is_integer(null_count.type):
+            # With wide bounds (deletion vectors) only 0 and numRecords carry information.
+            informative = pc.or_(pc.equal(null_count, 0), pc.equal(null_count, num_records))
+            null_count = pc.if_else(pc.or_(tight, informative), null_count, pa.scalar(None, pa.int64()))
+            keys_nc.append(col.field_id)
+            nulls.append(null_count)
+        low = _dig(stats.field("minValues"), col.physical_path) if n else None
+        high = _dig(stats.field("maxValues"), col.physical_path) if n else None
+        if low is not None:
+            keys_lo.append(col.field_id)
+            lows.append(serialize_bounds(_cast(low, target), col.iceberg_type))
+        if high is not None:
+            high = _cast(high, target)
+            if isinstance(col.iceberg_type, (it.TimestampType, it.TimestamptzType)):
+                high = _round_up_millis(high)
+            if isinstance(col.iceberg_type, it.StringType):
+                maybe_cut = pc.greater_equal(pc.utf8_length(high), string_prefix)
+                high = pc.if_else(maybe_cut, pa.scalar(None, pa.string()), high)
+            keys_hi.append(col.field_id)
+            highs.append(serialize_bounds(high, col.iceberg_type))
+    return FileMetrics(
+        kv_lists(keys_nc, nulls, n, pa.int64()),
+        kv_lists(keys_lo, lows, n, pa.binary()),
+        kv_lists(keys_hi, highs, n, pa.binary()),
+    )
+
+
+def _cast(values: pa.Array, target: pa.DataType) -> pa.Array:
+    if values.type == target:
+        return values
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # A stat that does not fit the current type (e.g. before a type change) is dropped, not guessed.
+        return pa.nulls(len(values), target)

@@ -1,0 +1,65 @@
+"""Reading and publishing Iceberg metadata files next to the Delta log.
+
+Layout: ``<table>/metadata/v<N>.metadata.json`` and ``version-hint.text`` (as path-based readers expect),
+manifests and manifest lists beside them. A metadata file is created with write-if-absent, so of two
+converters racing for version N exactly one wins; the hint and the catalog pointer move after it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
+
+from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError
+from airflow_deltaberg.core.storage import Storage
+
+METADATA_DIR = "metadata"
+VERSION_HINT = f"{METADATA_DIR}/version-hint.text"
+_METADATA_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
+
+
+class ConcurrentConversionError(DeltabergError):
+    """Another conversion published the same Iceberg metadata version first."""
+
+
+@dataclass(frozen=True)
+class PublishedMetadata:
+    version: int
+    key: str
+    location: str
+    metadata: TableMetadataV2
+
+
+def metadata_key(version: int) -> str:
+    return f"{METADATA_DIR}/v{version}.metadata.json"
+
+
+def latest_metadata(storage: Storage) -> PublishedMetadata | None:
+    """The newest complete metadata file. The hint is only a shortcut: a crash between writing a
+    metadata file and moving the hint leaves a newer, complete file, which wins."""
+    versions = [int(m.group(1)) for e in storage.list_from(METADATA_DIR) if (m := _METADATA_FILE.match(e.name))]
+    if not versions:
+        return None
+    version = max(versions)
+    key = metadata_key(version)
+    metadata = TableMetadataUtil.parse_raw(storage.read(key))
+    if not isinstance(metadata, TableMetadataV2):
+        raise DeltabergError(f"{storage.uri(key)} is not Iceberg format version 2 metadata")
+    return PublishedMetadata(version, key, storage.uri(key), metadata)
+
+
+def publish_metadata(storage: Storage, version: int, metadata: TableMetadataV2) -> PublishedMetadata:
+    """Write ``v<version>.metadata.json`` (fails if another converter wrote it first), then the hint."""
+    key = metadata_key(version)
+    payload = metadata.model_dump_json(by_alias=True, exclude_none=True).encode()
+    try:
+        storage.write_if_absent(key, payload)
+    except FileAlreadyExistsError as exc:
+        raise ConcurrentConversionError(
+            f"another conversion published Iceberg metadata version {version} first ({storage.uri(key)}); "
+            "nothing of this run is visible; run the conversion again to continue from there"
+        ) from exc
+    storage.replace(VERSION_HINT, str(version).encode())
+    return PublishedMetadata(version, key, storage.uri(key), metadata)

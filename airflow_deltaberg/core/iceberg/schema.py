@@ -1,0 +1,221 @@
+"""Delta schema -> Iceberg schema, with stable field ids and a name mapping for files without field ids.
+
+Ids: under column mapping, Iceberg field ids are the Delta column ids and the nested ids of array
+elements and map keys/values. Without column mapping, ids are assigned depth-first; given the previous
+Iceberg schema, a field keeps the id of the field at the same name path, so ids stay stable when the
+Delta schema evolves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pyiceberg import types as it
+from pyiceberg.schema import Schema
+from pyiceberg.table.name_mapping import MappedField, NameMapping
+
+from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
+from airflow_deltaberg.core.errors import DeltabergError
+
+NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+
+_PRIMITIVES: dict[str, it.IcebergType] = {
+    "byte": it.IntegerType(),
+    "short": it.IntegerType(),
+    "integer": it.IntegerType(),
+    "long": it.LongType(),
+    "float": it.FloatType(),
+    "double": it.DoubleType(),
+    "string": it.StringType(),
+    "binary": it.BinaryType(),
+    "boolean": it.BooleanType(),
+    "date": it.DateType(),
+    "timestamp": it.TimestamptzType(),
+    "timestamp_ntz": it.TimestampType(),
+}
+
+
+class UnsupportedTypeError(DeltabergError):
+    """A Delta type that has no exact Iceberg counterpart: converting would change what readers see."""
+
+
+@dataclass(frozen=True)
+class ConvertedSchema:
+    schema: Schema
+    name_mapping: NameMapping
+    last_column_id: int
+
+    def name_mapping_json(self) -> str:
+        return self.name_mapping.model_dump_json()
+
+
+class _IdAllocator:
+    """Hands out ids: fixed ones from column mapping, earlier ones by name path, or fresh ones."""
+
+    def __init__(self, previous: dict[tuple[str, ...], int], start: int):
+        self.previous = previous
+        self.next_id = start
+
+    def id_for(self, path: tuple[str, ...], fixed: int | None) -> int:
+        if fixed is not None:
+            return fixed
+        if path in self.previous:
+            return self.previous[path]
+        self.next_id += 1
+        return self.next_id
+
+
+def previous_ids(schema: Schema | None) -> dict[tuple[str, ...], int]:
+    """Field ids of an Iceberg schema keyed by name path (list elements as 'element', map 'key'/'value')."""
+    if schema is None:
+        return {}
+    out: dict[tuple[str, ...], int] = {}
+
+    def walk(t: it.IcebergType, path: tuple[str, ...]) -> None:
+        if isinstance(t, it.StructType):
+            for f in t.fields:
+                out[(*path, f.name)] = f.field_id
+                walk(f.field_type, (*path, f.name))
+        elif isinstance(t, it.ListType):
+            out[(*path, "element")] = t.element_id
+            walk(t.element_type, (*path, "element"))
+        elif isinstance(t, it.MapType):
+            out[(*path, "key")] = t.key_id
+            out[(*path, "value")] = t.value_id
+            walk(t.key_type, (*path, "key"))
+            walk(t.value_type, (*path, "value"))
+
+    walk(schema.as_struct(), ())
+    return out
+
+
+def _max_delta_id(schema: StructType) -> int:
+    ids = [0]
+    for _, f in schema.walk():
+        if f.column_mapping_id is not None:
+            ids.append(f.column_mapping_id)
+        ids.extend(f.nested_ids.values())
+    return max(ids)
+
+
+def convert_schema(
+    delta_schema: StructType,
+    column_mapping_mode: str,
+    *,
+    table: str,
+    previous: Schema | None = None,
+    previous_last_column_id: int = 0,
+    schema_id: int = 0,
+) -> ConvertedSchema:
+    """The Iceberg schema and name mapping of a Delta schema."""
+    mapped = column_mapping_mode in ("name", "id")
+    start = max(previous_last_column_id, _max_delta_id(delta_schema) if mapped else 0)
+    ids = _IdAllocator({} if mapped else previous_ids(previous), start)
+    fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table)
+    schema = Schema(*fields, schema_id=schema_id)
+    last = max([start, ids.next_id, *[fid for fid in _all_ids(schema.as_struct())]])
+    return ConvertedSchema(schema, NameMapping(mappings), last)
+
+
+def _all_ids(t: it.IcebergType) -> Iterator[int]:
+    if isinstance(t, it.StructType):
+        for f in t.fields:
+            yield f.field_id
+            yield from _all_ids(f.field_type)
+    elif isinstance(t, it.ListType):
+        yield t.element_id
+        yield from _all_ids(t.element_type)
+    elif isinstance(t, it.MapType):
+        yield t.key_id
+        yield t.value_id
+        yield from _all_ids(t.key_type)
+        yield from _all_ids(t.value_type)
+
+
+def _names(field: StructField, mapped: bool) -> list[str]:
+    # Data files name columns by physical name under column mapping; list the logical name too so
+    # that files written before column mapping was enabled still resolve.
+    names = [field.physical_name, field.name] if mapped else [field.name]
+    return list(dict.fromkeys(names))
+
+
+def _convert_struct(
+    struct: StructType, path: tuple[str, ...], ids: _IdAllocator, mapped: bool, table: str
+) -> tuple[list[it.NestedField], list[MappedField]]:
+    fields: list[it.NestedField] = []
+    mappings: list[MappedField] = []
+    for f in struct.fields:
+        field_path = (*path, f.name)
+        fixed = f.column_mapping_id if mapped else None
+        if mapped and fixed is None:
+            raise UnsupportedTypeError(
+                f"column {'.'.join(field_path)} has no delta.columnMapping.id although the table uses column "
+                f"mapping (table {table})"
+            )
+        field_id = ids.id_for(field_path, fixed)
+        iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table)
+        fields.append(it.NestedField(field_id, f.name, iceberg_type, required=not f.nullable))
+        mappings.append(MappedField(field_id=field_id, names=_names(f, mapped), fields=children))
+    return fields, mappings
+
+
+def _nested_id(owner: StructField, suffix: str) -> int | None:
+    ids = owner.nested_ids
+    for prefix in dict.fromkeys((owner.physical_name, owner.name)):
+        if f"{prefix}{suffix}" in ids:
+            return ids[f"{prefix}{suffix}"]
+    return None
+
+
+def _convert_type(
+    t: DataType,
+    path: tuple[str, ...],
+    owner: StructField,
+    slot: str,
+    ids: _IdAllocator,
+    mapped: bool,
+    table: str,
+) -> tuple[it.IcebergType, list[MappedField]]:
+    if isinstance(t, PrimitiveType):
+        if t.is_decimal:
+            precision, scale = t.precision_scale
+            return it.DecimalType(precision, scale), []
+        if t.name in _PRIMITIVES:
+            return _PRIMITIVES[t.name], []
+        raise UnsupportedTypeError(
+            f"column {'.'.join(path)} has type {t.name}, which Iceberg v2 cannot represent (table {table}); "
+            "drop or cast the column before converting"
+        )
+    if isinstance(t, StructType):
+        fields, mappings = _convert_struct(t, path, ids, mapped, table)
+        return it.StructType(*fields), mappings
+    if isinstance(t, ArrayType):
+        key = f"{slot}.element"
+        element_id = ids.id_for((*path, "element"), _nested_id(owner, key) if mapped else None)
+        element, children = _convert_type(t.element_type, (*path, "element"), owner, key, ids, mapped, table)
+        return (
+            it.ListType(element_id, element, element_required=not t.contains_null),
+            [MappedField(field_id=element_id, names=["element"], fields=children)],
+        )
+    if isinstance(t, MapType):
+        key_slot, value_slot = f"{slot}.key", f"{slot}.value"
+        key_id = ids.id_for((*path, "key"), _nested_id(owner, key_slot) if mapped else None)
+        value_id = ids.id_for((*path, "value"), _nested_id(owner, value_slot) if mapped else None)
+        key_type, key_children = _convert_type(t.key_type, (*path, "key"), owner, key_slot, ids, mapped, table)
+        value_type, value_children = _convert_type(
+            t.value_type, (*path, "value"), owner, value_slot, ids, mapped, table
+        )
+        return (
+            it.MapType(key_id, key_type, value_id, value_type, value_required=not t.value_contains_null),
+            [
+                MappedField(field_id=key_id, names=["key"], fields=key_children),
+                MappedField(field_id=value_id, names=["value"], fields=value_children),
+            ],
+        )
+    raise UnsupportedTypeError(f"column {'.'.join(path)} has an unknown type (table {table})")
+
+
+def name_mapping_from_json(value: str) -> NameMapping:
+    return NameMapping.model_validate_json(value) if value else NameMapping([])
+
