@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 
+from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.metrics import (
@@ -95,16 +96,33 @@ def data_file_entries(
     sequence_number: int,
 ) -> pa.Table:
     """One ADDED manifest entry per live file of ``snapshot``."""
-    files = snapshot.files
+    return entries_for_files(
+        snapshot.files, snapshot.metadata, converted, spec, storage, table=snapshot.table,
+        snapshot_id=snapshot_id, sequence_number=sequence_number,
+    )
+
+
+def entries_for_files(
+    files: pa.Table,
+    metadata: Metadata,
+    converted: ConvertedSchema,
+    spec: PartitionSpec,
+    storage: Storage,
+    *,
+    table: str,
+    snapshot_id: int,
+    sequence_number: int,
+) -> pa.Table:
+    """One ADDED manifest entry per row of ``files`` (path, partitionValues, size, stats_parsed)."""
     n = files.num_rows
-    mapped = snapshot.column_mapping_mode in ("name", "id")
+    mapped = metadata.column_mapping_mode in ("name", "id")
     locations = data_file_locations(storage, files.column("path").combine_chunks())
     stats = files.column("stats_parsed").combine_chunks()
     counts = record_counts(stats.field("numRecords"), locations, storage)
-    prefix = int(snapshot.metadata.configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
-    metrics = file_metrics(stats, stat_columns(snapshot.schema, converted.schema, mapped), prefix)
-    physical = {f.name: (f.physical_name if mapped else f.name) for f in snapshot.schema.fields}
-    partitions = partition_struct(files.column("partitionValues"), spec, converted.schema, physical, snapshot.table)
+    prefix = int(metadata.configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
+    metrics = file_metrics(stats, stat_columns(metadata.schema, converted.schema, mapped), prefix)
+    physical = {f.name: (f.physical_name if mapped else f.name) for f in metadata.schema.fields}
+    partitions = partition_struct(files.column("partitionValues"), spec, converted.schema, physical, table)
     value_counts = pa.nulls(n, metrics.null_value_counts.type)
     return pa.table(
         {
@@ -128,4 +146,3 @@ def data_file_entries(
             "referenced_data_file": pa.nulls(n, pa.string()),
         }
     )
-

@@ -1,0 +1,131 @@
+"""What an incremental run needs from the previous one, kept next to the Iceberg metadata.
+
+Per Iceberg snapshot, ``metadata/deltaberg-state-<snapshot id>.json`` records the Delta version and its
+metaData action, and for each manifest of the snapshot its manifest-list row, the path range of its
+files, and an Arrow copy of its entries (``<manifest>.entries.parquet``). With it, an incremental run
+reads only the commits after the converted version and rewrites only the manifests a removal touches.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+
+from airflow_deltaberg.core.iceberg.manifest import FieldSummary, ManifestFileInfo, write_manifest
+from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
+from airflow_deltaberg.core.storage import Storage
+
+
+@dataclass(frozen=True)
+class ManifestRecord:
+    info: ManifestFileInfo
+    entries_key: str
+    min_path: str | None
+    max_path: str | None
+
+    def may_contain(self, paths: pa.Array) -> bool:
+        if self.min_path is None or self.max_path is None:
+            return False
+        inside = pc.and_(pc.greater_equal(paths, self.min_path), pc.less_equal(paths, self.max_path))
+        return bool(pc.any(inside).as_py())
+
+
+@dataclass(frozen=True)
+class ConversionState:
+    delta_version: int
+    delta_metadata: dict[str, Any]
+    manifests: tuple[ManifestRecord, ...]
+
+
+def state_key(snapshot_id: int) -> str:
+    return f"{METADATA_DIR}/deltaberg-state-{snapshot_id}.json"
+
+
+def _bytes_to_text(value: bytes | None) -> str | None:
+    return None if value is None else base64.b64encode(value).decode()
+
+
+def _text_to_bytes(value: str | None) -> bytes | None:
+    return None if value is None else base64.b64decode(value)
+
+
+def _info_to_json(info: ManifestFileInfo) -> dict[str, Any]:
+    data = asdict(info)
+    data["key_metadata"] = _bytes_to_text(info.key_metadata)
+    data["partitions"] = None if info.partitions is None else [
+        {**asdict(p), "lower_bound": _bytes_to_text(p.lower_bound), "upper_bound": _bytes_to_text(p.upper_bound)}
+        for p in info.partitions
+    ]
+    return data
+
+
+def _info_from_json(data: dict[str, Any]) -> ManifestFileInfo:
+    partitions = data.get("partitions")
+    return ManifestFileInfo(
+        **{k: v for k, v in data.items() if k not in ("partitions", "key_metadata")},
+        key_metadata=_text_to_bytes(data.get("key_metadata")),
+        partitions=None if partitions is None else tuple(
+            FieldSummary(p["contains_null"], p["contains_nan"], _text_to_bytes(p["lower_bound"]),
+                         _text_to_bytes(p["upper_bound"]))
+            for p in partitions
+        ),
+    )
+
+
+def write_state(storage: Storage, snapshot_id: int, state: ConversionState) -> None:
+    payload = {
+        "delta_version": state.delta_version,
+        "delta_metadata": state.delta_metadata,
+        "manifests": [
+            {"info": _info_to_json(m.info), "entries": m.entries_key, "min_path": m.min_path, "max_path": m.max_path}
+            for m in state.manifests
+        ],
+    }
+    storage.replace(state_key(snapshot_id), json.dumps(payload).encode())
+
+
+def read_state(storage: Storage, snapshot_id: int) -> ConversionState | None:
+    try:
+        data = json.loads(storage.read(state_key(snapshot_id)))
+    except FileNotFoundError:
+        return None
+    return ConversionState(
+        data["delta_version"],
+        data["delta_metadata"],
+        tuple(ManifestRecord(_info_from_json(m["info"]), m["entries"], m["min_path"], m["max_path"])
+              for m in data["manifests"]),
+    )
+
+
+def write_manifest_record(
+    storage: Storage, entries: pa.Table, schema: Schema, spec: PartitionSpec, snapshot_id: int, sequence_number: int
+) -> ManifestRecord:
+    """Write a manifest added by snapshot ``snapshot_id`` (sequence ``sequence_number``) and the Arrow copy
+    of its entries; its manifest-list row comes back with them, sequence numbers resolved."""
+    name = f"{METADATA_DIR}/{uuid.uuid4()}-m0"
+    fs, path = storage.arrow_path(f"{name}.avro")
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, filesystem=fs)
+    entries_key = f"{name}.entries.parquet"
+    efs, epath = storage.arrow_path(entries_key)
+    pq.write_table(entries, epath, filesystem=efs, compression="zstd")
+    bounds = pc.min_max(entries.column("file_path"))
+    info = summary.manifest_file(storage.uri(f"{name}.avro"))
+    info = replace(info, sequence_number=sequence_number,
+                   min_sequence_number=info.min_sequence_number if info.min_sequence_number is not None
+                   else sequence_number)
+    return ManifestRecord(info, entries_key, bounds["min"].as_py(), bounds["max"].as_py())
+
+
+def read_entries(storage: Storage, record: ManifestRecord) -> pa.Table:
+    fs, path = storage.arrow_path(record.entries_key)
+    return pq.read_table(path, filesystem=fs)
