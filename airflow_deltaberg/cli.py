@@ -120,11 +120,13 @@ def _convert(args: argparse.Namespace) -> int:
         catalog_config=catalog,
         identifier=args.identifier,
         version=args.version,
+        full=args.full,
     )
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(f"{result.mode}: Delta version {result.delta_version} -> Iceberg snapshot {result.snapshot_id}")
+        print(f"{result.mode}: Delta version {result.delta_version} -> Iceberg snapshot {result.snapshot_id} "
+              f"({result.snapshots_written} snapshot(s) written)")
         print(f"metadata: {result.metadata_location}")
         print(f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s")
         if result.identifier:
@@ -167,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     conv = sub.add_parser("convert", help="write Iceberg metadata for a Delta table and register it in a catalog")
     conv.add_argument("table", help="table location: a path or a URI")
-    conv.add_argument("--version", type=int, default=None, help="convert this Delta version (default: latest)")
+    conv.add_argument("--version", type=int, default=None, help="convert up to this Delta version (default: latest)")
+    conv.add_argument("--full", action="store_true",
+                      help="one snapshot of the whole table instead of one per new commit")
     conv.add_argument("--identifier", default=None,
                       help="catalog identifier, e.g. db.sales (not registered if absent)")
     conv.add_argument("--catalog-uri", default=None,
