@@ -47,7 +47,7 @@ from airflow_deltaberg.core.iceberg.manifest import write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, latest_metadata, publish_metadata
 from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY, ConvertedSchema, convert_schema
-from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION, SnapshotSpec, build_metadata, snapshot_id_for
+from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION, SnapshotSpec, build_metadata, new_snapshot_id
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def _commit_snapshot(
 ) -> _Tip:
     """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it."""
     prev = tip.published.metadata if tip.published else None
-    snapshot_id = snapshot_id_for(delta_metadata.id, delta_version)
+    snapshot_id = new_snapshot_id(prev, delta_metadata.id, delta_version)
     sequence_number = (prev.last_sequence_number if prev else 0) + 1
     state = ConversionState(delta_version, delta_metadata.to_action(), tuple(manifests))
     write_state(storage, snapshot_id, state)
@@ -138,7 +138,7 @@ def _commit_snapshot(
         last_column_id=converted.last_column_id,
         spec=spec,
         properties={NAME_MAPPING_PROPERTY: converted.name_mapping_json(), "format-version": "2"},
-        snapshot=SnapshotSpec(delta_version, timestamp_ms, operation, storage.uri(list_key), summary),
+        snapshot=SnapshotSpec(snapshot_id, delta_version, timestamp_ms, operation, storage.uri(list_key), summary),
         now_ms=int(time.time() * 1000),
     )
     published = publish_metadata(storage, (tip.published.version if tip.published else 0) + 1, metadata)
@@ -168,7 +168,7 @@ def convert_full(storage: Storage, snapshot: Snapshot, tip: _Tip) -> tuple[_Tip,
     refuse_deletion_vectors(snapshot)
     converted, spec = _schema_and_spec(snapshot.metadata, snapshot.table, tip)
     prev = tip.published.metadata if tip.published else None
-    snapshot_id = snapshot_id_for(snapshot.metadata.id, snapshot.version)
+    snapshot_id = new_snapshot_id(prev, snapshot.metadata.id, snapshot.version)
     sequence_number = (prev.last_sequence_number if prev else 0) + 1
     entries = entries_for_files(snapshot.files, snapshot.metadata, converted, spec, storage, table=snapshot.table,
                                 snapshot_id=snapshot_id, sequence_number=sequence_number)
@@ -266,7 +266,7 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int) -> tu
             )
         converted, spec = _schema_and_spec(metadata, table.location, tip)
         prev = tip.published.metadata if tip.published else None
-        snapshot_id = snapshot_id_for(metadata.id, version)
+        snapshot_id = new_snapshot_id(prev, metadata.id, version)
         sequence_number = (prev.last_sequence_number if prev else 0) + 1
         manifests = list(tip.state.manifests) if tip.state else []
         removed_files = removed_records = 0

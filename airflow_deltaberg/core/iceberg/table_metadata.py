@@ -24,21 +24,34 @@ def table_uuid_for(delta_table_id: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"delta-table:{delta_table_id}"))
 
 
-def snapshot_id_for(delta_table_id: str, delta_version: int) -> int:
-    """A stable, positive 63-bit snapshot id per Delta version (same input, same id: idempotent runs)."""
-    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"delta-version:{delta_table_id}:{delta_version}").int
-    return (digest >> 65) or 1
+def snapshot_id_for(delta_table_id: str, delta_version: int, salt: int = 0) -> int:
+    """A stable, positive 63-bit snapshot id per Delta version (same input, same id: idempotent runs).
+
+    ``salt`` separates a deliberate re-conversion of an already converted version from the first one.
+    """
+    seed = f"delta-version:{delta_table_id}:{delta_version}" + (f":{salt}" if salt else "")
+    return (uuid.uuid5(uuid.NAMESPACE_URL, seed).int >> 65) or 1
 
 
 @dataclass(frozen=True)
 class SnapshotSpec:
     """What one Delta commit becomes as an Iceberg snapshot."""
 
+    snapshot_id: int
     delta_version: int
     delta_timestamp_ms: int
     operation: Operation
     manifest_list: str
     summary: dict[str, str]
+
+
+def new_snapshot_id(previous: TableMetadataV2 | None, delta_table_id: str, delta_version: int) -> int:
+    """The id of the snapshot for ``delta_version``, distinct from every snapshot already published."""
+    existing = {s.snapshot_id for s in previous.snapshots} if previous else set()
+    salt = 0
+    while (candidate := snapshot_id_for(delta_table_id, delta_version, salt)) in existing:
+        salt += 1
+    return candidate
 
 
 def build_metadata(
@@ -61,7 +74,7 @@ def build_metadata(
     spec_id = _find_or_add_spec(specs, spec)
     parent = previous.current_snapshot_id if previous else None
     sequence_number = (previous.last_sequence_number if previous else 0) + 1
-    snapshot_id = snapshot_id_for(delta_table_id, snapshot.delta_version)
+    snapshot_id = snapshot.snapshot_id
     summary = {DELTA_VERSION: str(snapshot.delta_version), DELTA_TIMESTAMP: str(snapshot.delta_timestamp_ms),
                **snapshot.summary}
     new_snapshot = Snapshot(
