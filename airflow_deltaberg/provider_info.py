@@ -24,7 +24,7 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Deltaberg",
-                "python-modules": ["airflow_deltaberg.hooks.storage"],
+                "python-modules": ["airflow_deltaberg.hooks.storage", "airflow_deltaberg.hooks.catalog"],
             }
         ],
         "connection-types": [
@@ -36,7 +36,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Deltaberg",
-                "python-modules": ["airflow_deltaberg.operators.validate"],
+                "python-modules": [
+                    "airflow_deltaberg.operators.validate",
+                    "airflow_deltaberg.operators.convert",
+                ],
             }
         ],
         "sensors": [],

@@ -1,5 +1,6 @@
 """Airflow operators of the Deltaberg provider."""
 
+from airflow_deltaberg.operators.convert import DeltaToIcebergOperator
 from airflow_deltaberg.operators.validate import ComplianceViolationError, DeltaValidateOperator
 
-__all__ = ["ComplianceViolationError", "DeltaValidateOperator"]
+__all__ = ["ComplianceViolationError", "DeltaToIcebergOperator", "DeltaValidateOperator"]

@@ -28,10 +28,15 @@ def test_entry_point_gives_provider_info() -> None:
 def test_provider_info_lists_the_operator_and_notifiers() -> None:
     from airflow.providers_manager import ProvidersManager
 
+    from airflow_deltaberg.operators import DeltaToIcebergOperator
     from airflow_deltaberg.provider_info import get_provider_info
 
     info = get_provider_info()
-    assert [m for op in info["operators"] for m in op["python-modules"]] == ["airflow_deltaberg.operators.validate"]
+    assert [m for op in info["operators"] for m in op["python-modules"]] == [
+        "airflow_deltaberg.operators.validate",
+        "airflow_deltaberg.operators.convert",
+    ]
+    assert DeltaToIcebergOperator.__module__ in info["operators"][0]["python-modules"]
     notifiers = {
         "airflow_deltaberg.notifications.compliance.ComplianceEmailNotifier",
         "airflow_deltaberg.notifications.compliance.ComplianceWebhookNotifier",

@@ -14,11 +14,19 @@ from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.publish import ConcurrentConversionError
 
 
+class CatalogError(DeltabergError):
+    """The catalog cannot be opened or updated (configuration, connectivity, missing namespace...)."""
+
+
 def open_catalog(name: str = "deltaberg", config: Mapping[str, Any] | None = None) -> Catalog:
     """A pyiceberg catalog from properties (``type`` sql/rest/glue/hive, ``uri``, ``warehouse``, ...)."""
     properties = dict(config or {})
     properties.setdefault("type", "sql")
-    return load_catalog(name, **properties)
+    try:
+        return load_catalog(name, **properties)
+    except Exception as exc:  # noqa: BLE001 - pyiceberg and drivers raise many types; never echo the config
+        raise CatalogError(f"catalog {name!r} (type {properties['type']}) cannot be opened: "
+                           f"{type(exc).__name__}") from exc
 
 
 def point_catalog(catalog: Catalog, identifier: str | tuple[str, ...], metadata_location: str) -> None:
@@ -27,6 +35,16 @@ def point_catalog(catalog: Catalog, identifier: str | tuple[str, ...], metadata_
     The move is a compare-and-set on the location read just before: if another converter moved the
     pointer meanwhile, nothing changes and ConcurrentConversionError is raised.
     """
+    try:
+        _point(catalog, identifier, metadata_location)
+    except (DeltabergError, ConcurrentConversionError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the catalog's own errors, wrapped with what was attempted
+        raise CatalogError(f"catalog {catalog.name!r}: registering {identifier} at {metadata_location} failed: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
+def _point(catalog: Catalog, identifier: str | tuple[str, ...], metadata_location: str) -> None:
     ident = Catalog.identifier_to_tuple(identifier)
     namespace = ident[:-1]
     if namespace:

@@ -117,7 +117,9 @@ def write_manifest_record(
     summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, filesystem=fs)
     entries_key = f"{name}.entries.parquet"
     efs, epath = storage.arrow_path(entries_key)
-    pq.write_table(entries, epath, filesystem=efs, compression="zstd")
+    # Parquet cannot store a struct without fields (the partition of an unpartitioned table).
+    stored = entries.drop_columns(["partition"]) if entries.schema.field("partition").type.num_fields == 0 else entries
+    pq.write_table(stored, epath, filesystem=efs, compression="zstd")
     bounds = pc.min_max(entries.column("file_path"))
     info = summary.manifest_file(storage.uri(f"{name}.avro"))
     info = replace(info, sequence_number=sequence_number,
@@ -128,4 +130,8 @@ def write_manifest_record(
 
 def read_entries(storage: Storage, record: ManifestRecord) -> pa.Table:
     fs, path = storage.arrow_path(record.entries_key)
-    return pq.read_table(path, filesystem=fs)
+    entries = pq.read_table(path, filesystem=fs)
+    if "partition" not in entries.column_names:
+        empty = pa.StructArray.from_buffers(pa.struct([]), entries.num_rows, [None], children=[])
+        entries = entries.add_column(entries.schema.get_field_index("file_format") + 1, "partition", empty)
+    return entries

@@ -23,6 +23,9 @@ _METADATA_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
 class ConcurrentConversionError(DeltabergError):
     """Another conversion published the same Iceberg metadata version first."""
 
+    # Running again starts from the state the other converter published.
+    retryable = True
+
 
 @dataclass(frozen=True)
 class PublishedMetadata:

@@ -1,0 +1,217 @@
+"""DeltaToIcebergOperator: writes Iceberg metadata for a Delta table with the core converter and registers it."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+from pyiceberg.catalog import Catalog
+
+from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
+from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
+from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.operators.validate import _parse_version
+
+#: The URI scheme of the asset of a table registered in a catalog: ``iceberg://<catalog>/<namespace>/<table>``.
+ICEBERG_SCHEME = "iceberg"
+
+_TEMPLATE = re.compile(r"{{|{%")
+
+
+def location_uri(location: str) -> str:
+    """The asset URI of a table location: ``file://`` + the absolute path for local paths, else the URI."""
+    scheme = urlsplit(location).scheme
+    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
+        path = os.path.abspath(location).replace(os.sep, "/")
+        return "file://" + quote(path if path.startswith("/") else f"/{path}", safe="/:")
+    return location.rstrip("/")
+
+
+def catalog_table_uri(catalog_name: str, identifier: str) -> str:
+    """``iceberg://<catalog_name>/<namespace...>/<table>``: one path segment per identifier part."""
+    parts = Catalog.identifier_to_tuple(identifier)
+    if not catalog_name or not all(parts):
+        raise ValueError(f"cannot build an asset URI from catalog {catalog_name!r} and identifier {identifier!r}")
+    return f"{ICEBERG_SCHEME}://{quote(catalog_name, safe='')}/" + "/".join(quote(p, safe="") for p in parts)
+
+
+def table_asset_uri(table_uri: str, catalog_name: str, identifier: str | None) -> str:
+    """The asset URI of the converted table: the catalog table when an identifier is given, else its location."""
+    return catalog_table_uri(catalog_name, identifier) if identifier else location_uri(table_uri)
+
+
+class DeltaToIcebergOperator(BaseOperator):
+    """Convert a Delta table to Iceberg (metadata written next to the Delta log) and register it in a catalog.
+
+    Each run converts up to the latest Delta version (or ``version``): when the Iceberg metadata already
+    matches it, nothing is written (mode ``up-to-date``); after an earlier conversion, one Iceberg snapshot per
+    new Delta commit is added (mode ``incremental``); the first run, ``full=True``, or a log that no longer
+    holds the commits since the last run writes one snapshot listing every live data file (mode ``full``).
+    With an ``identifier``, the table is registered in (or its entry moved in) the pyiceberg catalog
+    ``catalog_name``, configured by the ``catalog_conn_id`` connection's extra and ``catalog_config`` (which
+    wins per key).
+
+    The summary dict (``ConversionResult.to_dict()``: table, mode, delta_version, snapshot_id,
+    metadata_location, files_added, files_removed, records, seconds, identifier, snapshots_written) is the
+    task's XCom ``return_value``.
+
+    **Asset.** The operator adds the converted table to its ``outlets``:
+    ``iceberg://<catalog_name>/<namespace>/<table>`` with an identifier (``db.events`` in catalog
+    ``deltaberg`` is ``iceberg://deltaberg/db/events``), else the table location (``file:///...`` for a
+    local path, the URI as given otherwise). Each successful run emits one asset event (up-to-date runs too;
+    ``mode`` in the event's extra tells them apart) whose extra holds delta_version, snapshot_id,
+    metadata_location, mode, records and table. When ``table_uri`` or ``identifier`` is a Jinja template, the
+    URI is only known at run time: the operator then declares the asset alias ``asset_alias_name``
+    (``deltaberg-convert:<dag_id>.<task_id>``) and attaches the rendered table's asset to it.
+
+    **Failures.** Errors that running again cannot fix (not a Delta table, unsupported features, deletion
+    vectors, bad version) fail the task without retries; storage errors are re-raised so ``retries`` apply.
+
+    :param table_uri: the Delta table location (local path or fsspec URI). Templated.
+    :param identifier: the catalog identifier (``namespace.table``); None to write the metadata files only,
+        without a catalog. Templated.
+    :param catalog_config: pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ...), applied over
+        the connection's. Templated: a dict's values are rendered; a template of the whole dict needs the
+        DAG's ``render_template_as_native_obj=True``. Keep secrets in the connection: the rendered value of
+        this field is stored and shown in the UI.
+    :param catalog_conn_id: an Airflow connection whose extra JSON holds pyiceberg catalog properties
+        (see ``IcebergCatalogHook``); its secret values are masked in logs.
+    :param catalog_name: the pyiceberg catalog name (SQL catalogs key their rows by it).
+    :param version: the Delta version to convert; None for the latest. Templated.
+    :param full: write a full snapshot even when the table is up to date or could be converted incrementally.
+    :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook); None for none.
+    """
+
+    template_fields: Sequence[str] = ("table_uri", "identifier", "catalog_config", "version")
+    template_fields_renderers = {"catalog_config": "json"}
+    ui_color = "#d5f0e3"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        identifier: str | None = None,
+        catalog_config: Mapping[str, Any] | str | None = None,
+        catalog_conn_id: str | None = None,
+        catalog_name: str = "deltaberg",
+        version: int | str | None = None,
+        full: bool = False,
+        deltaberg_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.identifier = identifier
+        self.catalog_config = dict(catalog_config) if isinstance(catalog_config, Mapping) else catalog_config
+        self.catalog_conn_id = catalog_conn_id
+        self.catalog_name = catalog_name
+        self.version = version
+        self.full = full
+        self.deltaberg_conn_id = deltaberg_conn_id
+        self.table_asset: Asset | None = None
+        self.asset_alias: AssetAlias | None = None
+        if _is_template(table_uri) or _is_template(identifier):
+            self.asset_alias = AssetAlias(name=self.asset_alias_name)
+            self.outlets = [*self.outlets, self.asset_alias]
+        else:
+            self.table_asset = Asset(uri=table_asset_uri(table_uri, catalog_name, identifier))
+            self.outlets = [*self.outlets, self.table_asset]
+
+    @property
+    def asset_alias_name(self) -> str:
+        dag_id = self.dag_id if self.has_dag() else None
+        return f"deltaberg-convert:{dag_id}.{self.task_id}" if dag_id else f"deltaberg-convert:{self.task_id}"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            version = _parse_version(self.version)
+            identifier = self.identifier or None
+            if identifier is not None and not isinstance(identifier, str):
+                raise ValueError(f"identifier must be a string, not {type(identifier).__name__}")
+            if self.catalog_config is not None and not isinstance(self.catalog_config, Mapping):
+                raise ValueError(
+                    f"catalog_config must render to a mapping, not {type(self.catalog_config).__name__} "
+                    "(a template of the whole dict needs the DAG's render_template_as_native_obj=True)"
+                )
+        except ValueError as exc:
+            raise AirflowFailException(f"DeltaToIcebergOperator({self.table_uri}): {exc}") from exc
+        storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
+        catalog_config = None
+        if identifier is not None:
+            catalog_config = IcebergCatalogHook(catalog_conn_id=self.catalog_conn_id).catalog_properties(
+                self.catalog_config
+            )
+            self.log.info(
+                "Converting %s at %s to Iceberg, registered as %s in catalog %r %s",
+                self.table_uri, _where(version), identifier, self.catalog_name, masked_properties(catalog_config),
+            )
+        else:
+            self.log.info("Converting %s at %s to Iceberg (no catalog)", self.table_uri, _where(version))
+            if self.catalog_config or self.catalog_conn_id:
+                self.log.warning("No identifier: the table is not registered; the catalog settings are unused")
+        try:
+            result = convert(
+                self.table_uri,
+                storage_options=storage_options,
+                catalog_config=catalog_config,
+                catalog_name=self.catalog_name,
+                identifier=identifier,
+                version=version,
+                full=bool(self.full),
+            )
+        except DeltabergError as exc:
+            if exc.retryable:
+                raise
+            raise AirflowFailException(self._failure_message(exc, version)) from exc
+
+        self.log.info(_summary_line(result))
+        self._emit_asset_event(context, result)
+        return result.to_dict()
+
+    def _emit_asset_event(self, context: Context, result: ConversionResult) -> None:
+        extra: dict[str, Any] = {
+            "table": result.table,
+            "mode": result.mode,
+            "delta_version": result.delta_version,
+            "snapshot_id": result.snapshot_id,
+            "metadata_location": result.metadata_location,
+            "records": result.records,
+        }
+        if result.identifier is not None:
+            extra["identifier"] = result.identifier
+            extra["catalog_name"] = self.catalog_name
+        if self.table_asset is not None:
+            context["outlet_events"][self.table_asset].extra = extra
+        elif self.asset_alias is not None:
+            asset = Asset(uri=table_asset_uri(self.table_uri, self.catalog_name, result.identifier))
+            context["outlet_events"][self.asset_alias].add(asset, extra=extra)
+
+    def _failure_message(self, exc: DeltabergError, version: int | None) -> str:
+        """The error's message, naming the table and version when the error does not already."""
+        message = f"{type(exc).__name__}: {exc}"
+        if self.table_uri not in str(exc):
+            message += f" (table {self.table_uri}, {_where(version)})"
+        return message
+
+
+def _is_template(value: Any) -> bool:
+    return isinstance(value, str) and _TEMPLATE.search(value) is not None
+
+
+def _where(version: int | None) -> str:
+    return "the latest version" if version is None else f"version {version}"
+
+
+def _summary_line(result: ConversionResult) -> str:
+    registered = f", registered as {result.identifier}" if result.identifier else ""
+    return (
+        f"Delta -> Iceberg {result.mode}: {result.table} at Delta version {result.delta_version} -> snapshot "
+        f"{result.snapshot_id} ({result.records} records, {result.files_added} files added, "
+        f"{result.files_removed} removed) in {result.seconds:.2f}s; metadata {result.metadata_location}{registered}"
+    )
