@@ -117,21 +117,13 @@ def _check_ids(arrow_field: pa.Field, expected: int | None, delta_type: DataType
                 yield from _unmatched(child, f"{where}.{child.name}")
     elif isinstance(delta_type, ArrayType) and (pa.types.is_list(t) or pa.types.is_large_list(t)):
         key = f"{slot}.element"
-        yield from _check_ids(t.value_field, _nested(owner, key), delta_type.element_type, owner, key,
+        yield from _check_ids(t.value_field, owner.nested_id(key), delta_type.element_type, owner, key,
                               f"{where}.element")
     elif isinstance(delta_type, MapType) and pa.types.is_map(t):
         for part, child, ctype in (("key", t.key_field, delta_type.key_type),
                                    ("value", t.item_field, delta_type.value_type)):
             key = f"{slot}.{part}"
-            yield from _check_ids(child, _nested(owner, key), ctype, owner, key, f"{where}.{part}")
-
-
-def _nested(owner: StructField, suffix: str) -> int | None:
-    ids = owner.nested_ids
-    for prefix in dict.fromkeys((owner.physical_name, owner.name)):
-        if f"{prefix}{suffix}" in ids:
-            return ids[f"{prefix}{suffix}"]
-    return None  # a slot without a Delta id: the nested-ids rule reports it
+            yield from _check_ids(child, owner.nested_id(key), ctype, owner, key, f"{where}.{part}")
 
 
 def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:

@@ -128,20 +128,10 @@ def _nested_slots(t: DataType, prefix: str) -> Iterator[tuple[str, DataType]]:
             yield from _nested_slots(child, key)
 
 
-def _nested_id(f: StructField, suffix: str) -> int | None:
-    """The id of a nested slot; Delta keys it by the physical name, the protocol text by the name."""
-    ids = f.nested_ids
-    for prefix in dict.fromkeys((f.physical_name, f.name)):
-        value = ids.get(f"{prefix}{suffix}")
-        if value is not None:
-            return value
-    return None
-
-
 def nested_ids_present(ctx: CheckContext) -> Iterator[Finding]:
     for path, f in ctx.schema.walk():
         for key, _ in _nested_slots(f.type, ""):
-            if _nested_id(f, key) is None:
+            if f.nested_id(key) is None:
                 yield Finding(
                     f"no nested id for {f.name}{key} (delta.columnMapping.nested.ids / parquet.field.nested.ids)",
                     column_location((*path, key.lstrip("."))),
@@ -153,7 +143,7 @@ def nested_ids_unique(ctx: CheckContext) -> Iterator[Finding]:
     seen: dict[int, str] = {}
     for path, f in ctx.schema.walk():
         for key, _ in _nested_slots(f.type, ""):
-            nid = _nested_id(f, key)
+            nid = f.nested_id(key)
             if nid is None:
                 continue
             where = ".".join(path) + key

@@ -124,6 +124,19 @@ class StructField:
                 ids.update({k: int(v) for k, v in value.items()})
         return ids
 
+    def nested_id(self, suffix: str) -> int | None:
+        """The id of a nested slot below this field, ``suffix`` like ``.element`` or ``.key.value``.
+
+        Delta on Spark keys nested ids by the physical name, the protocol text by the field name: both
+        are looked up.
+        """
+        ids = self.nested_ids
+        for prefix in dict.fromkeys((self.physical_name, self.name)):
+            value = ids.get(f"{prefix}{suffix}")
+            if value is not None:
+                return value
+        return None
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type.to_json(), "nullable": self.nullable, "metadata": self.metadata}
 

@@ -8,6 +8,7 @@ Delta schema evolves.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,6 +20,13 @@ from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, Pr
 from airflow_deltaberg.core.errors import DeltabergError
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+TYPE_CHANGES = "delta.typeChanges"
+#: Data files of tables with Change Data Feed may hold an extra ``_change_type`` column that is not in the
+#: table schema (Delta protocol, Change Data Files). Iceberg allows a name mapping entry without a field id
+#: for such columns, but pyiceberg refuses file columns without an id; mapping it to the highest id a table
+#: may use (spec: Reserved Field IDs), never a schema field, lets readers project it away.
+CHANGE_TYPE_COLUMN = "_change_type"
+CHANGE_TYPE_FIELD_ID = 2_147_483_447
 
 _PRIMITIVES: dict[str, it.IcebergType] = {
     "byte": it.IntegerType(),
@@ -113,6 +121,8 @@ def convert_schema(
     start = max(previous_last_column_id, _max_delta_id(delta_schema) if mapped else 0)
     ids = _IdAllocator({} if mapped else previous_ids(previous), start)
     fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table)
+    if not any(CHANGE_TYPE_COLUMN in m.names for m in mappings):
+        mappings.append(MappedField(field_id=CHANGE_TYPE_FIELD_ID, names=[CHANGE_TYPE_COLUMN]))
     schema = Schema(*fields, schema_id=schema_id)
     last = max([start, ids.next_id, *[fid for fid in _all_ids(schema.as_struct())]])
     return ConvertedSchema(schema, NameMapping(mappings), last)
@@ -155,17 +165,48 @@ def _convert_struct(
             )
         field_id = ids.id_for(field_path, fixed)
         iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table)
+        _check_type_changes(f, iceberg_type, field_path, table)
         fields.append(it.NestedField(field_id, f.name, iceberg_type, required=not f.nullable))
         mappings.append(MappedField(field_id=field_id, names=_names(f, mapped), fields=children))
     return fields, mappings
 
 
-def _nested_id(owner: StructField, suffix: str) -> int | None:
-    ids = owner.nested_ids
-    for prefix in dict.fromkeys((owner.physical_name, owner.name)):
-        if f"{prefix}{suffix}" in ids:
-            return ids[f"{prefix}{suffix}"]
-    return None
+def _promotable(source: it.IcebergType, target: it.IcebergType) -> bool:
+    """Whether files written as ``source`` read as ``target`` (Iceberg v2 valid type promotions)."""
+    if source == target:
+        return True
+    if isinstance(source, it.DecimalType) and isinstance(target, it.DecimalType):
+        return source.scale == target.scale and source.precision <= target.precision
+    return (source, target) in ((it.IntegerType(), it.LongType()), (it.FloatType(), it.DoubleType()))
+
+
+def _check_type_changes(f: StructField, iceberg_type: it.IcebergType, path: tuple[str, ...], table: str) -> None:
+    """Refuse type widening (``delta.typeChanges``) that Iceberg readers cannot apply to older files."""
+    changes = f.metadata.get(TYPE_CHANGES) or []
+    for change in changes if isinstance(changes, list) else [changes]:
+        change = change if isinstance(change, dict) else {}
+        field_path = str(change.get("fieldPath") or "")
+        target: it.IcebergType | None = iceberg_type
+        for step in field_path.split(".") if field_path else []:
+            if isinstance(target, it.ListType) and step == "element":
+                target = target.element_type
+            elif isinstance(target, it.MapType) and step in ("key", "value"):
+                target = target.key_type if step == "key" else target.value_type
+            else:
+                target = None
+        from_name = change.get("fromType")
+        source: it.IcebergType | None = None
+        if isinstance(from_name, str):
+            old = PrimitiveType(from_name)
+            with contextlib.suppress(ValueError):  # a malformed decimal(p,s) stays unknown: refused
+                source = it.DecimalType(*old.precision_scale) if old.is_decimal else _PRIMITIVES.get(from_name)
+        if source is None or target is None or not _promotable(source, target):
+            column = ".".join((*path, field_path) if field_path else path)
+            raise UnsupportedTypeError(
+                f"column {column} was widened from {from_name} to {change.get('toType')} (delta.typeChanges), which "
+                f"Iceberg v2 readers cannot apply to the files written before (table {table}); rewrite those files "
+                "and drop the typeWidening table feature before converting"
+            )
 
 
 def _convert_type(
@@ -192,7 +233,7 @@ def _convert_type(
         return it.StructType(*fields), mappings
     if isinstance(t, ArrayType):
         key = f"{slot}.element"
-        element_id = ids.id_for((*path, "element"), _nested_id(owner, key) if mapped else None)
+        element_id = ids.id_for((*path, "element"), owner.nested_id(key) if mapped else None)
         element, children = _convert_type(t.element_type, (*path, "element"), owner, key, ids, mapped, table)
         return (
             it.ListType(element_id, element, element_required=not t.contains_null),
@@ -200,8 +241,8 @@ def _convert_type(
         )
     if isinstance(t, MapType):
         key_slot, value_slot = f"{slot}.key", f"{slot}.value"
-        key_id = ids.id_for((*path, "key"), _nested_id(owner, key_slot) if mapped else None)
-        value_id = ids.id_for((*path, "value"), _nested_id(owner, value_slot) if mapped else None)
+        key_id = ids.id_for((*path, "key"), owner.nested_id(key_slot) if mapped else None)
+        value_id = ids.id_for((*path, "value"), owner.nested_id(value_slot) if mapped else None)
         key_type, key_children = _convert_type(t.key_type, (*path, "key"), owner, key_slot, ids, mapped, table)
         value_type, value_children = _convert_type(
             t.value_type, (*path, "value"), owner, value_slot, ids, mapped, table
