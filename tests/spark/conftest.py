@@ -7,6 +7,7 @@ Delta parity checks would prove nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -83,6 +84,8 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+        # py4j logs "closing" from finalizers after pytest closed its streams: keep the end of the run clean.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
 
 
 class Kernel:
