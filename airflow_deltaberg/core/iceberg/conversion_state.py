@@ -1,6 +1,8 @@
 """What an incremental run needs from the previous one, kept next to the Iceberg metadata.
 
-Per Iceberg snapshot, ``metadata/deltaberg-state-<snapshot id>.json`` records the Delta version and its
+Per Iceberg snapshot, ``<manifest list>.state.json`` (named after the snapshot's manifest list, which is
+unique per attempt, so a converter that lost a race never overwrites the winner's) records the Delta
+version and its
 metaData action, and for each manifest of the snapshot its manifest-list row, the path range of its
 files, and an Arrow copy of its entries (``<manifest>.entries.parquet``). With it, an incremental run
 reads only the commits after the converted version and rewrites only the manifests a removal touches.
@@ -46,8 +48,8 @@ class ConversionState:
     manifests: tuple[ManifestRecord, ...]
 
 
-def state_key(snapshot_id: int) -> str:
-    return f"{METADATA_DIR}/deltaberg-state-{snapshot_id}.json"
+def state_key(manifest_list_key: str) -> str:
+    return f"{manifest_list_key}.state.json"
 
 
 def _bytes_to_text(value: bytes | None) -> str | None:
@@ -81,7 +83,7 @@ def _info_from_json(data: dict[str, Any]) -> ManifestFileInfo:
     )
 
 
-def write_state(storage: Storage, snapshot_id: int, state: ConversionState) -> None:
+def write_state(storage: Storage, manifest_list_key: str, state: ConversionState) -> None:
     payload = {
         "delta_version": state.delta_version,
         "delta_metadata": state.delta_metadata,
@@ -90,12 +92,16 @@ def write_state(storage: Storage, snapshot_id: int, state: ConversionState) -> N
             for m in state.manifests
         ],
     }
-    storage.replace(state_key(snapshot_id), json.dumps(payload).encode())
+    storage.write_if_absent(state_key(manifest_list_key), json.dumps(payload).encode())
 
 
-def read_state(storage: Storage, snapshot_id: int) -> ConversionState | None:
+def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
+    """The state kept beside a snapshot's manifest list (a location under the table), if any."""
+    prefix = storage.root.rstrip("/") + "/"
+    if not manifest_list.startswith(prefix):
+        return None
     try:
-        data = json.loads(storage.read(state_key(snapshot_id)))
+        data = json.loads(storage.read(state_key(manifest_list[len(prefix):])))
     except FileNotFoundError:
         return None
     return ConversionState(

@@ -45,7 +45,13 @@ from airflow_deltaberg.core.iceberg.data_files import (
 )
 from airflow_deltaberg.core.iceberg.manifest import write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
-from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, latest_metadata, publish_metadata
+from airflow_deltaberg.core.iceberg.publish import (
+    METADATA_DIR,
+    PublishedMetadata,
+    ensure_version_hint,
+    latest_metadata,
+    publish_metadata,
+)
 from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY, ConvertedSchema, convert_schema
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION, SnapshotSpec, build_metadata, new_snapshot_id
 from airflow_deltaberg.core.storage import Storage
@@ -102,6 +108,7 @@ def _schema_and_spec(metadata: Metadata, table: str, tip: _Tip) -> tuple[Convert
     converted = convert_schema(
         metadata.schema, metadata.column_mapping_mode, table=table,
         previous=prev.schema() if prev else None, previous_last_column_id=prev.last_column_id if prev else 0,
+        partition_columns=metadata.partition_columns,
     )
     return converted, identity_spec(converted.schema, metadata.partition_columns)
 
@@ -124,8 +131,8 @@ def _commit_snapshot(
     snapshot_id = new_snapshot_id(prev, delta_metadata.id, delta_version)
     sequence_number = (prev.last_sequence_number if prev else 0) + 1
     state = ConversionState(delta_version, delta_metadata.to_action(), tuple(manifests))
-    write_state(storage, snapshot_id, state)
     list_key = f"{METADATA_DIR}/snap-{snapshot_id}-1-{uuid.uuid4()}.avro"
+    write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)
     write_manifest_list(list_path, [m.info for m in manifests], snapshot_id,
                         prev.current_snapshot_id if prev else None, sequence_number, filesystem=fs)
@@ -294,6 +301,13 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int) -> tu
     return tip, files_added, files_removed, written
 
 
+def _current_state(storage: Storage, published: PublishedMetadata | None) -> ConversionState | None:
+    if published is None or published.metadata.current_snapshot_id is None:
+        return None
+    snapshot = published.metadata.snapshot_by_id(published.metadata.current_snapshot_id)
+    return read_state(storage, snapshot.manifest_list) if snapshot else None
+
+
 def convert(
     location: str,
     *,
@@ -313,8 +327,7 @@ def convert(
     table = DeltaTable(location, storage_options)
     target = table.latest_version() if version is None else version
     published = latest_metadata(table.storage)
-    tip = _Tip(published, read_state(table.storage, published.metadata.current_snapshot_id)
-               if published and published.metadata.current_snapshot_id else None)
+    tip = _Tip(published, _current_state(table.storage, published))
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
     files_added = files_removed = written = 0
     if published is not None and converted_version == target and not full:
@@ -334,6 +347,8 @@ def convert(
             tip, files_added, files_removed = convert_full(table.storage, snapshot, tip)
             written = 1
     assert tip.published is not None
+    # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
+    ensure_version_hint(table.storage, tip.published.version)
     if identifier is not None:
         point_catalog(open_catalog(catalog_name, catalog_config), identifier, tip.published.location)
     current = tip.published.metadata.current_snapshot_id or 0

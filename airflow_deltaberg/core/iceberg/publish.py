@@ -66,3 +66,13 @@ def publish_metadata(storage: Storage, version: int, metadata: TableMetadataV2) 
         ) from exc
     storage.replace(VERSION_HINT, str(version).encode())
     return PublishedMetadata(version, key, storage.uri(key), metadata)
+
+
+def ensure_version_hint(storage: Storage, version: int) -> None:
+    """Point ``version-hint.text`` at ``version`` unless it already does."""
+    try:
+        current = storage.read(VERSION_HINT).strip()
+    except FileNotFoundError:
+        current = b""
+    if current != str(version).encode():
+        storage.replace(VERSION_HINT, str(version).encode())

@@ -115,15 +115,29 @@ def convert_schema(
     previous: Schema | None = None,
     previous_last_column_id: int = 0,
     schema_id: int = 0,
+    partition_columns: tuple[str, ...] = (),
 ) -> ConvertedSchema:
-    """The Iceberg schema and name mapping of a Delta schema."""
+    """The Iceberg schema and name mapping of a Delta schema.
+
+    Partition columns are made optional: Delta does not store them in data files, and some Iceberg
+    readers (pyiceberg 0.12) refuse a required column that a file lacks even when the partition value
+    supplies it. Optional is a looser contract, so every reader still gets the same rows.
+    """
     mapped = column_mapping_mode in ("name", "id")
     start = max(previous_last_column_id, _max_delta_id(delta_schema) if mapped else 0)
     ids = _IdAllocator({} if mapped else previous_ids(previous), start)
     fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table)
+    fields = [
+        it.NestedField(f.field_id, f.name, f.field_type, required=False, doc=f.doc)
+        if f.name in partition_columns else f
+        for f in fields
+    ]
     if not any(CHANGE_TYPE_COLUMN in m.names for m in mappings):
         mappings.append(MappedField(field_id=CHANGE_TYPE_FIELD_ID, names=[CHANGE_TYPE_COLUMN]))
-    schema = Schema(*fields, schema_id=schema_id)
+    try:
+        schema = Schema(*fields, schema_id=schema_id)
+    except ValueError as exc:  # e.g. a column named "s.x" next to struct s with field x: ambiguous for Iceberg
+        raise UnsupportedTypeError(f"the schema has no valid Iceberg form: {exc} (table {table})") from exc
     last = max([start, ids.next_id, *[fid for fid in _all_ids(schema.as_struct())]])
     return ConvertedSchema(schema, NameMapping(mappings), last)
 

@@ -1,0 +1,382 @@
+"""Safety of convert(): refusals write nothing, crashes at each write step leave the previous Iceberg state
+readable and a re-run converges, and of two converters racing for the same table exactly one wins.
+
+Readers are pyiceberg through the three ways a converted table is found: the SQLite SQL catalog pointer,
+``metadata/version-hint.text`` (path-based readers), and a metadata file itself (``StaticTable``).
+Rows are compared with deltalake's (tables here hold only int64 and string columns: no normalization needed
+beyond sorting, as Delta and Iceberg promise no row order).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import StaticTable
+
+import airflow_deltaberg.core.iceberg.convert as convert_module
+from airflow_deltaberg.core.iceberg.conversion_state import read_state
+from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
+from airflow_deltaberg.core.iceberg.data_files import DeletionVectorsNotConvertibleError
+from airflow_deltaberg.core.iceberg.publish import VERSION_HINT, ConcurrentConversionError
+from airflow_deltaberg.core.iceberg.schema import UnsupportedTypeError
+from airflow_deltaberg.core.storage import LocalStorage, open_storage
+
+CATALOG_NAME = "deltaberg"
+IDENTIFIER = "safety.converted"
+
+Rows = list[tuple[Any, ...]]
+
+
+class InjectedCrash(Exception):
+    """Stands for the process dying at a chosen step of the conversion."""
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+
+
+def catalog_config(tmp_path: Path) -> dict[str, str]:
+    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+
+
+def sql_catalog(tmp_path: Path) -> SqlCatalog:
+    config = catalog_config(tmp_path)
+    return SqlCatalog(CATALOG_NAME, uri=config["uri"], warehouse=config["warehouse"])
+
+
+def run_convert(path: Path, tmp_path: Path, **kwargs: Any) -> ConversionResult:
+    return convert(str(path), catalog_config=catalog_config(tmp_path), identifier=IDENTIFIER, **kwargs)
+
+
+def rows_of(table: pa.Table) -> Rows:
+    return sorted(tuple(row[c] for c in sorted(table.column_names)) for row in table.to_pylist())
+
+
+def delta_rows(path: Path, version: int | None = None) -> Rows:
+    return rows_of(deltalake.DeltaTable(str(path), version=version).to_pyarrow_table())
+
+
+def catalog_rows(tmp_path: Path) -> Rows | None:
+    """Rows of the table the catalog points to; None when it is not registered."""
+    catalog = sql_catalog(tmp_path)
+    if not catalog.table_exists(IDENTIFIER):
+        return None
+    return rows_of(catalog.load_table(IDENTIFIER).scan().to_arrow())
+
+
+def hint_rows(path: Path) -> Rows | None:
+    """Rows of the metadata version the hint names (what path-based readers see); None without a hint."""
+    hint = path / VERSION_HINT
+    if not hint.exists():
+        return None
+    version = int(hint.read_text().strip())
+    return rows_of(StaticTable.from_metadata(str(path / f"metadata/v{version}.metadata.json")).scan().to_arrow())
+
+
+def metadata_files(path: Path) -> dict[str, bytes]:
+    folder = path / "metadata"
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def published_versions(path: Path) -> list[int]:
+    return sorted(int(p.name[1:].split(".")[0]) for p in (path / "metadata").glob("v*.metadata.json"))
+
+
+def _batch(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": pa.array(ids, pa.int64()), "label": [f"p{i % 3}" for i in ids]})
+
+
+def make_table(path: Path) -> None:
+    write_deltalake(str(path), _batch(0, 6), partition_by=["label"])
+    write_deltalake(str(path), _batch(6, 6), mode="append", partition_by=["label"])
+
+
+def add_commits(path: Path) -> None:
+    """New Delta commits after a conversion: an append, a delete that rewrites files, another append."""
+    write_deltalake(str(path), _batch(12, 4), mode="append", partition_by=["label"])
+    deltalake.DeltaTable(str(path)).delete("id % 4 = 1")
+    write_deltalake(str(path), _batch(16, 3), mode="append", partition_by=["label"])
+
+
+def commit_raw(path: Path, actions: list[dict[str, Any]]) -> int:
+    """Append a hand-written commit to the Delta log; returns its version."""
+    version = deltalake.DeltaTable(str(path)).version() + 1
+    lines = [{"commitInfo": {"timestamp": 1_800_000_000_000 + version, "operation": "TEST"}}, *actions]
+    (path / "_delta_log" / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in lines))
+    return version
+
+
+def current_metadata_action(path: Path) -> dict[str, Any]:
+    """The latest metaData action of a deltalake-written table (it writes one only at creation here)."""
+    for line in (path / "_delta_log" / f"{0:020d}.json").read_text().splitlines():
+        action = json.loads(line)
+        if "metaData" in action:
+            return action["metaData"]
+    raise AssertionError("no metaData in version 0")
+
+
+# ------------------------------------------------------------------------------------- refusals write nothing
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
+def test_deletion_vectors_after_a_conversion_write_nothing(
+    full: bool, copy_fixture: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """table-with-dv-small: version 0 converts; version 1 adds a deletion vector, which must be refused."""
+    path = copy_fixture("table-with-dv-small")
+    first = run_convert(path, tmp_path, version=0)
+    before_rows = catalog_rows(tmp_path)
+    assert before_rows is not None and len(before_rows) == 10
+    before = metadata_files(path)
+    with pytest.raises(DeletionVectorsNotConvertibleError):
+        run_convert(path, tmp_path, full=full)
+    assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
+    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    assert catalog_rows(tmp_path) == before_rows
+    assert hint_rows(path) == before_rows
+
+
+def _void_column(path: Path) -> None:
+    meta = current_metadata_action(path)
+    schema = json.loads(meta["schemaString"])
+    schema["fields"].append({"name": "nothing", "type": "void", "nullable": True, "metadata": {}})
+    commit_raw(path, [{"metaData": {**meta, "schemaString": json.dumps(schema)}}])
+
+
+def _narrowing_type_change(path: Path) -> None:
+    """id long -> double with delta.typeChanges: files written before hold int64, which Iceberg cannot promote."""
+    meta = current_metadata_action(path)
+    schema = json.loads(meta["schemaString"])
+    version = deltalake.DeltaTable(str(path)).version() + 1
+    for field in schema["fields"]:
+        if field["name"] == "id":
+            field["type"] = "double"
+            field["metadata"] = {"delta.typeChanges": [{"fromType": "long", "toType": "double",
+                                                       "tableVersion": version}]}
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["typeWidening"],
+                "writerFeatures": ["typeWidening"]}
+    commit_raw(path, [{"protocol": protocol}, {"metaData": {**meta, "schemaString": json.dumps(schema),
+                                                            "configuration": {"delta.enableTypeWidening": "true"}}}])
+
+
+def _ambiguous_names(path: Path) -> None:
+    """A column named "meta.x" next to struct meta with field x: Iceberg names fields by dotted full name."""
+    meta = current_metadata_action(path)
+    schema = json.loads(meta["schemaString"])
+    inner = {"type": "struct", "fields": [{"name": "x", "type": "long", "nullable": True, "metadata": {}}]}
+    schema["fields"] += [{"name": "meta", "type": inner, "nullable": True, "metadata": {}},
+                         {"name": "meta.x", "type": "long", "nullable": True, "metadata": {}}]
+    commit_raw(path, [{"metaData": {**meta, "schemaString": json.dumps(schema)}}])
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
+@pytest.mark.parametrize("change", [_void_column, _narrowing_type_change, _ambiguous_names],
+                         ids=["void", "type-change", "ambiguous-names"])
+def test_unsupported_type_after_a_conversion_writes_nothing(
+    change: Callable[[Path], None], full: bool, tmp_path: Path
+) -> None:
+    path = tmp_path / "table"
+    make_table(path)
+    first = run_convert(path, tmp_path)
+    before_rows = delta_rows(path)
+    before = metadata_files(path)
+    change(path)
+    with pytest.raises(UnsupportedTypeError):
+        run_convert(path, tmp_path, full=full)
+    assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
+    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    assert catalog_rows(tmp_path) == before_rows
+    assert hint_rows(path) == before_rows
+
+
+# ------------------------------------------------------------------------------------------------- crashes
+
+CRASH_POINTS = ["after-manifests", "after-state", "after-manifest-list", "after-metadata-json", "after-hint"]
+
+
+def _crash(*_args: Any, **_kwargs: Any) -> None:
+    raise InjectedCrash
+
+
+def install_crash(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    """Make the conversion die at ``point``, the steps in write order (see convert.py's docstring)."""
+    if point == "after-manifests":  # manifests and their entry copies written, the conversion state not
+        monkeypatch.setattr(convert_module, "write_state", _crash)
+    elif point == "after-state":  # the conversion state written, the manifest list not
+        monkeypatch.setattr(convert_module, "write_manifest_list", _crash)
+    elif point == "after-manifest-list":
+        original = convert_module.write_manifest_list
+
+        def write_then_crash(*args: Any, **kwargs: Any) -> Any:
+            original(*args, **kwargs)
+            raise InjectedCrash
+
+        monkeypatch.setattr(convert_module, "write_manifest_list", write_then_crash)
+    elif point == "after-metadata-json":  # v<N>.metadata.json written, the hint not moved
+        original_replace = LocalStorage.replace
+
+        def replace(self: LocalStorage, key: str, data: bytes) -> None:
+            if key == VERSION_HINT:
+                raise InjectedCrash
+            original_replace(self, key, data)
+
+        monkeypatch.setattr(LocalStorage, "replace", replace)
+    elif point == "after-hint":  # hint moved, the catalog pointer not
+        monkeypatch.setattr(convert_module, "point_catalog", _crash)
+    else:
+        raise ValueError(point)
+
+
+@pytest.mark.parametrize("mode", ["first", "incremental", "full"])
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_keeps_previous_state_and_rerun_converges(
+    point: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "table"
+    make_table(path)
+    previous_rows: Rows | None = None
+    if mode != "first":
+        run_convert(path, tmp_path)
+        previous_rows = delta_rows(path)
+        add_commits(path)
+    full = mode == "full"
+    # The reference: the same table and Iceberg state, converted without a crash.
+    twin = tmp_path / "twin"
+    shutil.copytree(path, twin)
+    reference = convert(str(twin), full=full)
+    versions_before = published_versions(path) if mode != "first" else []
+
+    with monkeypatch.context() as patch:
+        install_crash(patch, point)
+        with pytest.raises(InjectedCrash):
+            run_convert(path, tmp_path, full=full)
+
+    # The previous state is what the catalog shows, and what the hint shows until the hint moved.
+    assert catalog_rows(tmp_path) == previous_rows
+    if point == "after-hint":
+        assert hint_rows(path) == delta_rows(path)
+    else:
+        assert hint_rows(path) == previous_rows
+    if point in ("after-metadata-json", "after-hint"):
+        assert len(published_versions(path)) > len(versions_before)
+    else:
+        assert published_versions(path) == versions_before, "nothing may be published before the metadata file"
+
+    rerun = run_convert(path, tmp_path)
+    latest = delta_rows(path)
+    assert rerun.snapshot_id == reference.snapshot_id, "the re-run must converge on the uncrashed result"
+    assert rerun.delta_version == reference.delta_version
+    assert rows_of(StaticTable.from_metadata(rerun.metadata_location).scan().to_arrow()) == latest
+    assert catalog_rows(tmp_path) == latest
+    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == rerun.metadata_location
+    assert (path / VERSION_HINT).read_text().strip() == str(max(published_versions(path))), (
+        "the version hint must name the newest metadata file after a re-run"
+    )
+    assert hint_rows(path) == latest
+    again = run_convert(path, tmp_path)
+    assert again.mode == "up-to-date" and again.snapshot_id == rerun.snapshot_id
+
+
+# --------------------------------------------------------------------------------------------------- races
+
+
+def install_publish_barrier(monkeypatch: pytest.MonkeyPatch) -> threading.Barrier:
+    """Both converters stop right before their first publish, so both built on the same previous state
+    (an incremental run publishes once per commit; only the first publish of each thread waits)."""
+    barrier = threading.Barrier(2, timeout=30)
+    original = convert_module.publish_metadata
+    waited = threading.local()
+
+    def publish(*args: Any, **kwargs: Any) -> Any:
+        if not getattr(waited, "done", False):
+            waited.done = True
+            barrier.wait()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(convert_module, "publish_metadata", publish)
+    return barrier
+
+
+def race(path: Path, tmp_path: Path) -> tuple[list[ConversionResult], list[BaseException]]:
+    results: list[ConversionResult] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(run_convert(path, tmp_path))
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted on by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    return results, errors
+
+
+@pytest.mark.parametrize("mode", ["first", "incremental"])
+def test_two_converters_race_one_wins(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "table"
+    make_table(path)
+    previous_rows = None
+    if mode == "incremental":
+        run_convert(path, tmp_path)
+        previous_rows = delta_rows(path)
+        add_commits(path)
+    barrier = install_publish_barrier(monkeypatch)
+    try:
+        results, errors = race(path, tmp_path)
+    finally:
+        barrier.abort()
+    assert len(results) == 1, f"exactly one converter must win, got {results} and {errors!r}"
+    assert len(errors) == 1 and isinstance(errors[0], ConcurrentConversionError), errors
+    winner = results[0]
+    latest = delta_rows(path)
+    assert latest != previous_rows
+    assert rows_of(StaticTable.from_metadata(winner.metadata_location).scan().to_arrow()) == latest
+    assert catalog_rows(tmp_path) == latest
+    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == winner.metadata_location
+    assert hint_rows(path) == latest
+    monkeypatch.undo()
+    again = run_convert(path, tmp_path)
+    assert again.mode == "up-to-date" and again.snapshot_id == winner.snapshot_id
+
+
+def test_race_loser_keeps_the_winners_conversion_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loser of a race computed the same snapshot id as the winner: its conversion state must not replace
+    the winner's (the state next to a published snapshot has to describe that snapshot's manifests)."""
+    path = tmp_path / "table"
+    make_table(path)
+    run_convert(path, tmp_path)
+    add_commits(path)
+    stale = convert_module.latest_metadata(open_storage(str(path)))
+    winner = run_convert(path, tmp_path)
+    # The loser read the table before the winner published: it builds on the same previous state.
+    monkeypatch.setattr(convert_module, "latest_metadata", lambda storage: stale)
+    with pytest.raises(ConcurrentConversionError):
+        run_convert(path, tmp_path)
+    monkeypatch.undo()
+    storage = open_storage(str(path))
+    table = StaticTable.from_metadata(winner.metadata_location)
+    for snapshot in table.metadata.snapshots:
+        state = read_state(storage, snapshot.manifest_list)
+        assert state is not None
+        published = {m.manifest_path for m in snapshot.manifests(table.io)}
+        assert {m.info.manifest_path for m in state.manifests} == published, (
+            f"the conversion state of snapshot {snapshot.snapshot_id} (Delta version {state.delta_version}) "
+            "lists manifests its manifest list does not"
+        )
