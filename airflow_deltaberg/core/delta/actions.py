@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -107,7 +108,8 @@ class ActionBatch:
 
 
 def _empty_file_actions() -> pa.Table:
-    return FILE_ACTIONS_SCHEMA.empty_table()
+    # Schema.empty_table() goes through pandas; build the zero-length columns directly.
+    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in FILE_ACTIONS_SCHEMA], schema=FILE_ACTIONS_SCHEMA)
 
 
 _ADD = np.frombuffer(b'{"add"', np.uint8)
@@ -240,7 +242,7 @@ def _parse_file_lines(
         _raise_bad_line(storage, table, files, exc)
     if parsed.num_rows != sum(counts) or set(parsed.column_names) != {"add", "remove"}:
         _raise_bad_line(storage, table, files, ValueError("the add/remove lines do not parse one row each"))
-    version_col = pa.array(np.repeat(np.asarray(versions, dtype=np.int64), counts))
+    version_col = from_numpy(np.repeat(np.asarray(versions, dtype=np.int64), counts))
     return _json_rows_to_file_actions(parsed, version_col)
 
 
@@ -326,12 +328,12 @@ def _struct_to_map(arr: pa.Array | pa.ChunkedArray | None, n: int, keep_nulls: b
     if not pa.types.is_struct(arr.type):
         return pa.nulls(n, STRING_MAP)
     names = [arr.type.field(i).name for i in range(arr.type.num_fields)]
-    row_valid = np.asarray(arr.is_valid())
+    row_valid = to_numpy(arr.is_valid())
     k = len(names)
     if k == 0:
         offsets = np.zeros(n + 1, dtype=np.int32)
-        return pa.MapArray.from_arrays(pa.array(offsets), pa.array([], pa.string()), pa.array([], pa.string()),
-                                       mask=pa.array(~row_valid))
+        empty = pa.nulls(0, pa.string())
+        return pa.MapArray.from_arrays(from_numpy(offsets), empty, empty, mask=from_numpy(~row_valid))
     children = []
     for i in range(k):
         child = arr.field(i)
@@ -340,18 +342,18 @@ def _struct_to_map(arr: pa.Array | pa.ChunkedArray | None, n: int, keep_nulls: b
         children.append(child)
     # Row-major interleaving: entry j of row i is child j at row i.
     values = pa.concat_arrays(children).take(
-        pa.array((np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel())
+        from_numpy((np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel())
     )
-    keys = pa.array(np.tile(np.asarray(names, dtype=object), n), pa.string())
+    keys = strings(names).take(from_numpy(np.tile(np.arange(k, dtype=np.int64), n)))
     keep = np.repeat(row_valid, k)
     if not keep_nulls:
-        keep &= np.asarray(values.is_valid())
+        keep &= to_numpy(values.is_valid())
     counts = keep.reshape(n, k).sum(axis=1)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    mask = pa.array(keep)
+    mask = from_numpy(keep)
     return pa.MapArray.from_arrays(
-        pa.array(offsets), keys.filter(mask), values.filter(mask), mask=pa.array(~row_valid)
+        from_numpy(offsets), keys.filter(mask), values.filter(mask), mask=from_numpy(~row_valid)
     )
 
 
@@ -360,7 +362,7 @@ def _json_rows_to_file_actions(parsed: pa.Table, version_col: pa.Array) -> pa.Ta
     remove = parsed.column("remove").combine_chunks()
     is_add = add.is_valid()
     n = len(add)
-    is_add_np = np.asarray(is_add)
+    is_add_np = to_numpy(is_add)
     columns: dict[str, pa.Array] = {"version": version_col, "is_add": is_add}
     for name in _ACTION_COLUMNS:
         if name in ("partitionValues", "tags"):
@@ -392,7 +394,7 @@ def _choose(is_add: np.ndarray, a: pa.Array, r: pa.Array) -> pa.Array:
     # Stable interleave by index: take from the concatenation of both sides.
     n = len(is_add)
     idx = np.where(is_add, np.arange(n), np.arange(n) + n)
-    return pa.concat_arrays([a, r]).take(pa.array(idx))
+    return pa.concat_arrays([a, r]).take(from_numpy(idx))
 
 
 _FILE_KINDS = ("add", "remove")
@@ -543,8 +545,8 @@ def _plain(value: Any) -> Any:
 def _checkpoint_struct_to_file_actions(col: pa.StructArray, version: int, is_add: bool) -> pa.Table:
     n = len(col)
     columns: dict[str, pa.Array] = {
-        "version": pa.array(np.full(n, version, dtype=np.int64)),
-        "is_add": pa.array(np.full(n, is_add)),
+        "version": from_numpy(np.full(n, version, dtype=np.int64)),
+        "is_add": from_numpy(np.full(n, is_add)),
     }
     for name in _ACTION_COLUMNS:
         typ = FILE_ACTIONS_SCHEMA.field(name).type

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.actions import (
     ActionBatch,
     partition_columns_of,
@@ -155,7 +156,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             # Log compactions written by Delta may list a logical file more than once (e.g. a remove and
             # then the add it cancels); the first occurrence is the reconciled one (delta-kernel-rs
             # keeps the first as well, and only that matches the replay of the commits themselves).
-            reverse = pa.array(np.arange(batch.file_actions.num_rows - 1, -1, -1, dtype=np.int64))
+            reverse = from_numpy(np.arange(batch.file_actions.num_rows - 1, -1, -1, dtype=np.int64))
             batch = ActionBatch(batch.file_actions.take(reverse), batch.other_actions)
         batches.append(batch)
 
@@ -173,8 +174,8 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         # keep is ascending: a mask filter gives the same rows in the same order, chunk by chunk (no
         # concatenation of multi-GB string columns as take would do).
         mask = np.zeros(all_files.num_rows, dtype=bool)
-        mask[np.asarray(keep)] = True
-        all_files = all_files.filter(pa.array(mask))
+        mask[to_numpy(keep)] = True
+        all_files = all_files.filter(from_numpy(mask))
         source_rows = keep
     else:
         # A checkpoint alone is already reconciled: one row per logical file.
@@ -185,12 +186,12 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     add_index = None
     if checkpoint_stats is not None:
         # Which checkpoint add each live file is: the checkpoint rows are the first rows of all_files.
-        cp_is_add = np.asarray(batches[0].file_actions.column("is_add"))
+        cp_is_add = to_numpy(batches[0].file_actions.column("is_add"))
         ordinal = np.cumsum(cp_is_add) - 1
         if source_rows is None:
             add_index = np.arange(int(cp_is_add.sum()))
         else:
-            add_rows = np.asarray(source_rows)[np.asarray(is_add)]
+            add_rows = to_numpy(source_rows)[to_numpy(is_add)]
             from_cp = add_rows < n_checkpoint_rows
             add_index = np.where(from_cp, ordinal[np.where(from_cp, add_rows, 0)], -1)
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
@@ -234,9 +235,13 @@ def _newest_per_logical_file(files: pa.Table) -> pa.Array:
         uid = pc.binary_join_element_wise(dv.field("storageType"), dv.field("pathOrInlineDv"), offset_str, "")
         uid = pc.if_else(dv.is_valid(), uid, "")
         key = pc.binary_join_element_wise(path, uid, "\x00")
-    rows = pa.array(np.arange(len(path), dtype=np.int64))
-    grouped = pa.table({"key": key, "row": rows}).group_by("key", use_threads=False).aggregate([("row", "max")])
-    return pa.array(np.sort(np.asarray(grouped.column("row_max"))))
+    # Hash the keys to group ids, then keep the last row of each group. (No group_by: it pulls in
+    # pyarrow.dataset, whose import costs more than the whole replay of a mid-size log.)
+    group = to_numpy(pc.index_in(key, value_set=pc.unique(key)))
+    order = np.argsort(group, kind="stable")
+    ordered = group[order]
+    last = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
+    return from_numpy(np.sort(order[last]).astype(np.int64))
 
 
 def _source_file(storage: Storage, segment: LogSegment, version: int) -> str:

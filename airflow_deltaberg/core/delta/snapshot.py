@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_deltaberg.core.arrow_util import from_numpy
 from airflow_deltaberg.core.delta.log_segment import LogSegment
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
 from airflow_deltaberg.core.delta.replay import TableState
@@ -137,7 +138,7 @@ class Snapshot:
         if identity and raw.null_count == len(raw):
             return from_checkpoint
         mask = index < 0
-        taken = from_checkpoint.take(pa.array(np.where(mask, 0, index), mask=mask))
+        taken = from_checkpoint.take(from_numpy(np.where(mask, 0, index).astype(np.int64), mask=mask))
         return pc.if_else(raw.is_null(), taken, parsed)
 
     @property

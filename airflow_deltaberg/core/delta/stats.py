@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructType
 
 _INTS = {"byte", "short", "integer", "long"}
@@ -117,7 +118,7 @@ def parse_stats(stats: pa.Array, schema: StructType) -> pa.StructArray:
     target = stats_type(schema)
     n = len(stats)
     if n == 0:
-        return pa.array([], target)
+        return pa.nulls(0, target)
     if isinstance(stats, pa.ChunkedArray):
         stats = stats.combine_chunks()
     if stats.null_count == n:
@@ -143,9 +144,9 @@ def parse_stats(stats: pa.Array, schema: StructType) -> pa.StructArray:
     result = conform(parsed, target)
     if stats.null_count:
         # Scatter the parsed rows back to their positions; files without stats get a null struct.
-        valid = np.asarray(stats.is_valid())
+        valid = to_numpy(stats.is_valid())
         positions = np.cumsum(valid) - 1
-        result = result.take(pa.array(np.where(valid, positions, 0), mask=~valid))
+        result = result.take(from_numpy(np.where(valid, positions, 0).astype(np.int64), mask=~valid))
     return result
 
 
