@@ -18,7 +18,7 @@ import numpy as np
 
 from airflow_deltaberg.core.delta.roaring import RoaringFormatError, decode_roaring_bitmap_array
 from airflow_deltaberg.core.delta.z85 import z85_decode, z85_uuid
-from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.errors import CorruptLogError, StorageError
 from airflow_deltaberg.core.storage import Storage, open_storage
 
 FILE_FORMAT_VERSION = 1
@@ -88,7 +88,7 @@ def _checked_descriptor(table: Storage, descriptor: Mapping[str, Any]) -> None:
         raise CorruptLogError(f"on-disk deletion vector {descriptor!r} has no offset", table=table.root)
 
 
-def _decode(data: bytes, descriptor: Mapping[str, Any], table: Storage, where: str) -> np.ndarray:
+def _decode(data: bytes, descriptor: Mapping[str, Any], table: Storage, where: str | None) -> np.ndarray:
     try:
         values = decode_roaring_bitmap_array(data)
     except RoaringFormatError as exc:
@@ -110,7 +110,7 @@ def _inline(table: Storage, descriptor: Mapping[str, Any]) -> np.ndarray:
     if len(raw) < size:
         raise CorruptLogError(f"inline deletion vector has {len(raw)} bytes, its descriptor says {size}",
                               table=table.root)
-    return _decode(raw[:size], descriptor, table, "inline deletion vector")
+    return _decode(raw[:size], descriptor, table, None)
 
 
 def _read_at(handle: Any, offset: int, size: int, file_size: int, table: Storage, where: str) -> bytes:
@@ -125,29 +125,33 @@ def _from_file(storage: Storage, key: str, descriptors: list[Mapping[str, Any]],
     where = storage.uri(key)
     fs, path = storage.arrow_path(key)
     try:
-        handle = fs.open_input_file(path)
+        with fs.open_input_file(path) as handle:
+            return _read_dvs(handle, descriptors, table, where)
     except FileNotFoundError as exc:
         raise CorruptLogError("deletion vector file is missing", table=table.root, file=where) from exc
+    except OSError as exc:
+        raise StorageError(f"cannot read {where}: {exc}") from exc
+
+
+def _read_dvs(handle: Any, descriptors: list[Mapping[str, Any]], table: Storage, where: str) -> list[np.ndarray]:
+    file_size = handle.size()
+    version = _read_at(handle, 0, 1, file_size, table, where)[0]
+    if version != FILE_FORMAT_VERSION:
+        raise CorruptLogError(f"deletion vector file format version {version} is not 1", table=table.root,
+                              file=where)
     out = []
-    with handle:
-        file_size = handle.size()
-        version = _read_at(handle, 0, 1, file_size, table, where)[0]
-        if version != FILE_FORMAT_VERSION:
-            raise CorruptLogError(f"deletion vector file format version {version} is not 1",
+    for descriptor in descriptors:
+        offset, size = descriptor["offset"], descriptor["sizeInBytes"]
+        chunk = _read_at(handle, offset, size + 8, file_size, table, where)
+        stored_size = int.from_bytes(chunk[:4], "big", signed=True)
+        if stored_size != size:
+            raise CorruptLogError(f"deletion vector at offset {offset} is {stored_size} bytes, its descriptor "
+                                  f"says {size}", table=table.root, file=where)
+        data = chunk[4 : 4 + size]
+        if zlib.crc32(data) != int.from_bytes(chunk[4 + size :], "big"):
+            raise CorruptLogError(f"deletion vector at offset {offset} fails its CRC-32 checksum",
                                   table=table.root, file=where)
-        for descriptor in descriptors:
-            offset, size = descriptor["offset"], descriptor["sizeInBytes"]
-            chunk = _read_at(handle, offset, size + 8, file_size, table, where)
-            stored_size = int.from_bytes(chunk[:4], "big", signed=True)
-            if stored_size != size:
-                raise CorruptLogError(f"deletion vector at offset {offset} is {stored_size} bytes, its descriptor "
-                                      f"says {size}", table=table.root, file=where)
-            data = chunk[4 : 4 + size]
-            checksum = int.from_bytes(chunk[4 + size :], "big")
-            if zlib.crc32(data) != checksum:
-                raise CorruptLogError(f"deletion vector at offset {offset} fails its CRC-32 checksum",
-                                      table=table.root, file=where)
-            out.append(_decode(data, descriptor, table, where))
+        out.append(_decode(data, descriptor, table, where))
     return out
 
 

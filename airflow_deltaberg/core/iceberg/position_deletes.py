@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vectors, unique_id
-from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, FileAlreadyExistsError
+from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
@@ -61,12 +61,14 @@ def delete_file_key(data_file_path: str, descriptor: Mapping[str, Any], key_pref
 
 
 def _encode(data_file_path: str, positions: np.ndarray) -> bytes:
-    table = pa.table(
-        [pa.array([data_file_path] * len(positions), pa.string()), pa.array(positions.astype(np.int64))],
-        schema=POSITION_DELETE_SCHEMA,
-    )
+    # The path column as a one-entry dictionary: the same parquet bytes as a string column, without a copy
+    # of the path per row in memory. No Arrow schema is stored, so readers see a plain string column.
+    paths = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(positions), np.int32)),
+                                           pa.array([data_file_path], pa.string()))
+    schema = POSITION_DELETE_SCHEMA.set(0, POSITION_DELETE_SCHEMA.field(0).with_type(paths.type))
+    table = pa.table([paths, pa.array(positions.astype(np.int64))], schema=schema)
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", store_schema=False)
     return sink.getvalue().to_pybytes()
 
 
@@ -79,12 +81,8 @@ def _column_sizes(metadata: pq.FileMetaData) -> tuple[int, int]:
 
 
 def _write_one(storage: Storage, key: str, data_file_path: str, positions: np.ndarray) -> _Written:
-    data = _encode(data_file_path, positions)
-    size = len(data)
-    try:
-        storage.write_if_absent(key, data)
-        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
-    except FileAlreadyExistsError:
+    """Write the delete file at ``key``, or reuse the one a previous run wrote there (same name, same rows)."""
+    if storage.exists(key):
         fs, path = storage.arrow_path(key)
         size = fs.get_file_info(path).size
         metadata = pq.read_metadata(path, filesystem=fs)
@@ -92,7 +90,13 @@ def _write_one(storage: Storage, key: str, data_file_path: str, positions: np.nd
             raise DeleteFileMismatchError(
                 f"{storage.uri(key)} holds {metadata.num_rows} deletes, the deletion vector of {data_file_path} "
                 f"{len(positions)}; remove the file and convert again"
-            ) from None
+            )
+    else:
+        # A plain atomic write: a concurrent run writing the same name writes the same rows.
+        data = _encode(data_file_path, positions)
+        storage.replace(key, data)
+        size = len(data)
+        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
     return _Written(key, len(positions), size, _column_sizes(metadata), int(positions[0]), int(positions[-1]))
 
 
