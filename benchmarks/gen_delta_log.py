@@ -370,6 +370,62 @@ def generate(
     return summary
 
 
+def append_commit(
+    path: str | Path,
+    num_adds: int,
+    remove: pa.Table | None = None,
+    *,
+    seed: int = 1,
+    first_index: int | None = None,
+) -> int:
+    """Write the next commit of a generated log: ``num_adds`` adds with stats, plus a ``remove`` per row of
+    ``remove`` (columns ``path``, ``part`` and ``size``, e.g. picked from the checkpoint). Returns its version.
+
+    The schema, partition count and stat columns come from ``_generated.json``. New paths continue the
+    file numbering at ``first_index`` (default: the generated file count) with fresh random UUIDs.
+    """
+    root = Path(path)
+    params = json.loads((root / MARKER).read_text())
+    log_dir = root / LOG_DIR
+    version = max(int(p.name[:20]) for p in log_dir.glob("*.json") if p.name[:20].isdigit()) + 1
+    timestamp = BASE_TIME_MS + version * 60_000
+    operation = "WRITE" if remove is None or remove.num_rows == 0 else "MERGE"
+    head = {"commitInfo": {"timestamp": timestamp, "operation": operation, "operationParameters": {},
+                           "engineInfo": "gen_delta_log"}}
+    parts = [(json.dumps(head) + "\n").encode()]
+    if remove is not None and remove.num_rows:
+        lines = _concat([
+            '{"remove":{"path":"', remove.column("path"), f'","deletionTimestamp":{timestamp},'
+            '"dataChange":true,"extendedFileMetadata":true,"partitionValues":{"' + PARTITION_COLUMN + '":"',
+            remove.column("part"), '"},"size":', remove.column("size").cast(pa.string()), "}}\n",
+        ])
+        parts.append("".join(lines.to_pylist()).encode())
+    if num_adds:
+        start = params["num_files"] if first_index is None else first_index
+        rng = np.random.default_rng([seed, version, start])
+        chunk = _chunk(rng, start, num_adds, version, params["num_partitions"],
+                       column_names(params["num_stat_columns"]), raw_stats=False)
+        parts.append(_json_lines(chunk).to_pybytes())
+    target = log_dir / f"{version:020d}.json"
+    with open(target, "xb") as out:  # never overwrite a commit
+        out.write(b"".join(parts))
+    return version
+
+
+def checkpoint_files(path: str | Path, columns: tuple[str, ...] = ("path", "size")) -> pa.Table:
+    """The add actions of a generated log's checkpoint: ``columns`` of ``add`` plus ``part``."""
+    root = Path(path)
+    last = json.loads((root / LOG_DIR / "_last_checkpoint").read_text())
+    # Nested columns come back flattened (named after the leaf); rows without an add have a null path.
+    table = pq.read_table(root / LOG_DIR / f"{last['version']:020d}.checkpoint.parquet",
+                          columns=[f"add.{c}" for c in columns] + ["add.partitionValues"])
+    table = table.filter(pc.is_valid(table.column("path")))
+    out = {c: table.column(c).combine_chunks() for c in columns}
+    values = table.column("partitionValues").combine_chunks()  # one key per map: the partition column
+    out["part"] = values.items.take(pa.array(np.asarray(values.offsets)[:-1]))
+    return pa.table(out)
+
+
 def is_generated(path: str | Path, **params) -> bool:
     """Whether ``path`` holds a complete generation with these parameters."""
     marker = Path(path) / MARKER
