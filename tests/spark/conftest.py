@@ -1,4 +1,5 @@
-"""One local Spark session (Delta on Spark, plus Delta Kernel on its JVM) for every test under tests/spark.
+"""One local Spark session (Delta on Spark, plus Delta Kernel and Iceberg's Spark runtime on its JVM) for every
+test under tests/spark.
 
 The jars come from ``scripts/fetch_jars.sh`` (cached in ``<repo>/.jars``, or ``$DELTABERG_JARS_DIR``). When they
 are missing the tests are skipped locally, but fail under CI (``$CI`` set): a CI run that silently skips the
@@ -23,6 +24,8 @@ JARS_DIR = (REPO_ROOT / os.environ.get("DELTABERG_JARS_DIR", ".jars")).resolve()
 REQUIRED_JARS = ("delta-spark_*.jar", "delta-storage-*.jar")
 #: Jars of Delta Kernel (Java) and its one dependency missing from pyspark: only the `kernel` fixture needs them.
 KERNEL_JARS = ("delta-kernel-api-*.jar", "delta-kernel-defaults-*.jar", "jackson-datatype-jdk8-*.jar")
+#: Iceberg's Spark runtime (the Java reference implementation): only the `iceberg_spark` fixture needs it.
+ICEBERG_JARS = ("iceberg-spark-runtime-*.jar",)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -118,3 +121,18 @@ def kernel(spark: Any) -> Kernel:
     if missing:
         _unavailable(f"Delta Kernel jars {missing} are not in {JARS_DIR}; run scripts/fetch_jars.sh")
     return Kernel(spark)
+
+
+@pytest.fixture(scope="session")
+def iceberg_spark(spark: Any) -> Any:
+    """The session above, checked to carry Iceberg 1.12.0's Spark runtime (skips, or fails under CI, without it).
+
+    No Spark configuration is needed for it: ``spark.read.format("iceberg").load(<vN.metadata.json>)`` reads a
+    table from its metadata file (Iceberg's own ``default_iceberg`` catalog, set up on first use, loads paths with
+    HadoopTables), ``<location>#files`` and the like are its metadata tables, and ``versionAsOf`` takes a
+    snapshot id. ``spark_catalog`` stays Delta's.
+    """
+    missing = _missing(ICEBERG_JARS)
+    if missing:
+        _unavailable(f"Iceberg jars {missing} are not in {JARS_DIR}; run scripts/fetch_jars.sh")
+    return spark

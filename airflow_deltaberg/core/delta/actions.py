@@ -228,13 +228,15 @@ def _parse_file_lines(
     # Typed partitionValues and no tags: nothing to infer, which halves the parse time. Tags have free
     # keys, so their presence switches to inference (other actions are already split off, so only
     # add/remove objects are inferred).
+    # partitionValues stay typed (strings) even when tags force inference: inferred values that look like
+    # dates would come back as timestamps.
     infer = partition_columns is None or _TAGS in payload
     try:
         parsed = pj.read_json(
             pa.BufferReader(payload),
             read_options=pj.ReadOptions(block_size=_BLOCK_SIZE),
             parse_options=pj.ParseOptions(
-                explicit_schema=_line_schema(None if infer else partition_columns),
+                explicit_schema=_line_schema(partition_columns),
                 unexpected_field_behavior="infer" if infer else "ignore",
             ),
         )
