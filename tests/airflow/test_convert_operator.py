@@ -138,9 +138,9 @@ def test_convert_register_then_up_to_date_then_new_version(
     assert (summary["mode"], summary["delta_version"], summary["identifier"]) == ("full", 0, "db.events")
     assert (summary["records"], summary["files_added"], summary["files_removed"]) == (5, 2, 0)
     assert delta_files(events_table) == 2
-    assert summary["metadata_location"] == str(events_table / "metadata" / "v1.metadata.json")
+    assert summary["metadata_location"] == str(events_table / "_iceberg" / "metadata" / "v1.metadata.json")
     assert Path(summary["metadata_location"]).is_file()
-    assert (events_table / "metadata" / "version-hint.text").read_text() == "1"
+    assert (events_table / "_iceberg" / "metadata" / "version-hint.text").read_text() == "1"
     assert catalog_location(catalog_config, "db.events") == summary["metadata_location"]
     assert iceberg_rows(catalog_config, "db.events") == delta_rows(events_table) == rows(0, 5).to_pylist()
     iceberg = load_catalog("deltaberg", **catalog_config).load_table("db.events")
@@ -159,7 +159,8 @@ def test_convert_register_then_up_to_date_then_new_version(
     assert (unchanged["delta_version"], unchanged["files_added"], unchanged["records"]) == (0, 0, 5)
     assert unchanged["metadata_location"] == summary["metadata_location"]
     assert unchanged["snapshot_id"] == summary["snapshot_id"]
-    assert sorted(p.name for p in (events_table / "metadata").glob("v*.metadata.json")) == ["v1.metadata.json"]
+    published = (events_table / "_iceberg" / "metadata").glob("v*.metadata.json")
+    assert sorted(p.name for p in published) == ["v1.metadata.json"]
     assert catalog_location(catalog_config, "db.events") == summary["metadata_location"]
     (event,) = asset_events(dag_id, second.dag_run.run_id)
     assert (event["uri"], event["extra"]) == (asset_uri, expected_extra(unchanged))
@@ -173,7 +174,7 @@ def test_convert_register_then_up_to_date_then_new_version(
     caught_up = third.xcom("convert")
     assert (caught_up["mode"], caught_up["delta_version"], caught_up["snapshots_written"]) == ("incremental", 1, 1)
     assert (caught_up["records"], caught_up["files_added"], caught_up["files_removed"]) == (8, 2, 0)
-    assert caught_up["metadata_location"] == str(events_table / "metadata" / "v2.metadata.json")
+    assert caught_up["metadata_location"] == str(events_table / "_iceberg" / "metadata" / "v2.metadata.json")
     assert Path(caught_up["metadata_location"]).is_file()
     assert caught_up["snapshot_id"] != summary["snapshot_id"]
     assert catalog_location(catalog_config, "db.events") == caught_up["metadata_location"]
@@ -205,7 +206,7 @@ def test_full_forces_a_full_snapshot_of_an_up_to_date_table(
     assert (forced["delta_version"], forced["records"], forced["files_added"]) == (0, 5, 2)
     assert forced["files_removed"] == 2  # the full snapshot replaces the first one's files
     assert forced["snapshot_id"] != before["snapshot_id"]
-    assert forced["metadata_location"] == str(events_table / "metadata" / "v2.metadata.json")
+    assert forced["metadata_location"] == str(events_table / "_iceberg" / "metadata" / "v2.metadata.json")
     assert catalog_location(catalog_config, "db.events") == forced["metadata_location"]
     assert iceberg_rows(catalog_config, "db.events") == delta_rows(events_table)
     events = asset_events(dag_id, result.dag_run.run_id)
@@ -285,7 +286,7 @@ def test_without_identifier_the_asset_is_the_table_location(run_dag, dag_id, eve
     summary = result.xcom("convert")
     assert (summary["mode"], summary["identifier"], summary["records"]) == ("full", None, 5)
     metadata = Path(summary["metadata_location"])
-    assert metadata.is_file() and metadata.parent == events_table / "metadata"
+    assert metadata.is_file() and metadata.parent == events_table / "_iceberg" / "metadata"
     read_back = StaticTable.from_metadata(str(metadata)).scan().to_arrow().sort_by("id").to_pylist()
     assert read_back == delta_rows(events_table)
     assert asset_events(dag_id, result.dag_run.run_id) == [
@@ -339,10 +340,10 @@ def test_whole_catalog_config_template_with_native_rendering(
     assert iceberg_rows(catalog_config, "db.events") == delta_rows(events_table)
 
 
-def test_deletion_vectors_fail_at_the_first_try_without_writing(
+def test_an_unsupported_type_fails_at_the_first_try_without_writing(
     run_dag, dag_id, copy_fixture, catalog_config: dict[str, Any]
 ) -> None:
-    table = copy_fixture("table-with-dv-small")
+    table = copy_fixture("void-column")
     caught: list[BaseException | None] = []
     with make_dag(dag_id) as dag:
         DeltaToIcebergOperator(
@@ -362,8 +363,8 @@ def test_deletion_vectors_fail_at_the_first_try_without_writing(
     assert (ti.state, ti.try_number, ti.max_tries) == ("failed", 1, 3)  # retries=3 were available and not used
     (exc,) = caught
     assert type(exc).__name__ == "AirflowFailException"
-    assert "DeletionVectorsNotConvertibleError" in str(exc) and str(table) in str(exc)
-    assert not (table / "metadata").exists()
+    assert "UnsupportedTypeError" in str(exc) and str(table) in str(exc)
+    assert not (table / "_iceberg" / "metadata").exists()
     assert result.xcom("convert") is None
     assert asset_events(dag_id) == []
     assert not load_catalog("deltaberg", **catalog_config).table_exists("db.dv")
@@ -399,7 +400,7 @@ def test_bad_inputs_fail_without_retrying(
     assert "version must be an integer" in str(caught["bad_version"])
     assert "VersionNotFoundError" in str(caught["future_version"])
     assert "catalog_config must render to a mapping, not str" in str(caught["string_catalog_config"])
-    assert not (events_table / "metadata").exists()
+    assert not (events_table / "_iceberg" / "metadata").exists()
     assert asset_events(dag_id) == []
 
 
@@ -448,7 +449,7 @@ def test_storage_error_is_retried(run_dag, dag_id, flaky_table: str) -> None:
     assert FlakyConvertFileSystem.failures == 0
     summary = result.xcom("convert")
     assert (summary["mode"], summary["records"]) == ("full", 5)
-    assert summary["metadata_location"] == f"{flaky_table}/metadata/v1.metadata.json"
+    assert summary["metadata_location"] == f"{flaky_table}/_iceberg/metadata/v1.metadata.json"
     assert FlakyConvertFileSystem().exists(summary["metadata_location"])
     (event,) = asset_events(dag_id, result.dag_run.run_id)
     assert event["uri"] == flaky_table

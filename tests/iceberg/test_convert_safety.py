@@ -2,7 +2,7 @@
 readable and a re-run converges, and of two converters racing for the same table exactly one wins.
 
 Readers are pyiceberg through the three ways a converted table is found: the SQLite SQL catalog pointer,
-``metadata/version-hint.text`` (path-based readers), and a metadata file itself (``StaticTable``).
+``_iceberg/metadata/version-hint.text`` (path-based readers), and a metadata file itself (``StaticTable``).
 Rows are compared with deltalake's (tables here hold only int64 and string columns: no normalization needed
 beyond sorting, as Delta and Iceberg promise no row order).
 """
@@ -19,14 +19,13 @@ from typing import Any
 import deltalake
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
 from airflow_deltaberg.core.iceberg.conversion_state import read_state
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.core.iceberg.data_files import DeletionVectorsNotConvertibleError
 from airflow_deltaberg.core.iceberg.publish import VERSION_HINT, ConcurrentConversionError
 from airflow_deltaberg.core.iceberg.schema import UnsupportedTypeError
 from airflow_deltaberg.core.storage import LocalStorage, open_storage
@@ -65,6 +64,12 @@ def delta_rows(path: Path, version: int | None = None) -> Rows:
     return rows_of(deltalake.DeltaTable(str(path), version=version).to_pyarrow_table())
 
 
+def kernel_rows(path: Path, version: int | None = None) -> Rows:
+    """Rows as deltalake's query engine reads them (it applies deletion vectors; to_pyarrow_table refuses them)."""
+    table = deltalake.DeltaTable(str(path), version=version)
+    return rows_of(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")))
+
+
 def catalog_rows(tmp_path: Path) -> Rows | None:
     """Rows of the table the catalog points to; None when it is not registered."""
     catalog = sql_catalog(tmp_path)
@@ -79,18 +84,19 @@ def hint_rows(path: Path) -> Rows | None:
     if not hint.exists():
         return None
     version = int(hint.read_text().strip())
-    return rows_of(StaticTable.from_metadata(str(path / f"metadata/v{version}.metadata.json")).scan().to_arrow())
+    metadata = path / f"_iceberg/metadata/v{version}.metadata.json"
+    return rows_of(StaticTable.from_metadata(str(metadata)).scan().to_arrow())
 
 
 def metadata_files(path: Path) -> dict[str, bytes]:
-    folder = path / "metadata"
+    folder = path / "_iceberg" / "metadata"
     if not folder.exists():
         return {}
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def published_versions(path: Path) -> list[int]:
-    return sorted(int(p.name[1:].split(".")[0]) for p in (path / "metadata").glob("v*.metadata.json"))
+    return sorted(int(p.name[1:].split(".")[0]) for p in (path / "_iceberg" / "metadata").glob("v*.metadata.json"))
 
 
 def _batch(start: int, n: int) -> pa.Table:
@@ -131,21 +137,27 @@ def current_metadata_action(path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
-def test_deletion_vectors_after_a_conversion_write_nothing(
+def test_deletion_vectors_after_a_conversion_become_position_deletes(
     full: bool, copy_fixture: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    """table-with-dv-small: version 0 converts; version 1 adds a deletion vector, which must be refused."""
+    """table-with-dv-small: version 0 converts; version 1 adds a deletion vector to the same file, which becomes a
+    position delete file (incrementally: the data file entry stays, only the delete is added)."""
     path = copy_fixture("table-with-dv-small")
     first = run_convert(path, tmp_path, version=0)
-    before_rows = catalog_rows(tmp_path)
-    assert before_rows is not None and len(before_rows) == 10
-    before = metadata_files(path)
-    with pytest.raises(DeletionVectorsNotConvertibleError):
-        run_convert(path, tmp_path, full=full)
-    assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
-    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
-    assert catalog_rows(tmp_path) == before_rows
-    assert hint_rows(path) == before_rows
+    assert catalog_rows(tmp_path) is not None and len(catalog_rows(tmp_path) or []) == 10
+    second = run_convert(path, tmp_path, full=full)
+    expected = kernel_rows(path)
+    assert len(expected) < 10, "version 1 deletes rows"
+    assert catalog_rows(tmp_path) == expected
+    assert hint_rows(path) == expected
+    table = sql_catalog(tmp_path).load_table(IDENTIFIER)
+    summary = table.current_snapshot().summary
+    assert summary["total-delete-files"] == "1" and summary["total-data-files"] == "1"
+    assert int(summary["total-position-deletes"]) == 10 - len(expected)
+    if not full:
+        assert summary["added-data-files"] == "0" and summary.operation.value == "delete"
+    assert rows_of(table.scan(snapshot_id=first.snapshot_id).to_arrow()) == kernel_rows(path, 0)
+    assert second.delta_version == 1
 
 
 def _void_column(path: Path) -> None:
@@ -380,3 +392,25 @@ def test_race_loser_keeps_the_winners_conversion_state(tmp_path: Path, monkeypat
             f"the conversion state of snapshot {snapshot.snapshot_id} (Delta version {state.delta_version}) "
             "lists manifests its manifest list does not"
         )
+
+
+# ------------------------------------------------------------------------------------- living next to Delta
+
+
+def test_delta_vacuum_keeps_the_iceberg_table(tmp_path: Path) -> None:
+    """VACUUM deletes every file under the table that the Delta log does not reference, except below folders
+    named with a leading underscore or dot: the Iceberg metadata lives in one of those."""
+    path = tmp_path / "vacuumed"
+    write_deltalake(str(path), _batch(0, 6), partition_by=["label"])
+    write_deltalake(str(path), _batch(6, 6), mode="overwrite", partition_by=["label"])  # old files: tombstones
+    run_convert(path, tmp_path)
+    before = metadata_files(path)
+    removed = deltalake.DeltaTable(str(path)).vacuum(retention_hours=0, enforce_retention_duration=False,
+                                                     dry_run=False)
+    assert removed, "the overwrite left files for VACUUM to delete"
+    assert metadata_files(path) == before
+    assert catalog_rows(tmp_path) == hint_rows(path) == delta_rows(path)
+    # deltalake records VACUUM START/END commits (no file changes): they convert on top, nothing is lost.
+    after = run_convert(path, tmp_path)
+    assert after.delta_version == deltalake.DeltaTable(str(path)).version()
+    assert catalog_rows(tmp_path) == delta_rows(path)

@@ -345,7 +345,7 @@ def test_delete_files_hold_sorted_positions_with_field_ids(copy_fixture: Any) ->
         data_path = files.column("file_path")[i].as_py()
         positions = read_deletion_vector(table.storage, dvs[i]).tolist()
         key = delete_file_key(data_path, dvs[i])
-        assert entry["file_path"] == table.storage.uri(key) and key.startswith("metadata/")
+        assert entry["file_path"] == table.storage.uri(key) and key.startswith("_iceberg/metadata/")
         assert (entry["status"], entry["content"], entry["file_format"]) == (1, 1, "PARQUET")
         assert (entry["snapshot_id"], entry["sequence_number"], entry["file_sequence_number"]) == (snapshot_id, 7, 7)
         assert entry["record_count"] == len(positions) == dvs[i]["cardinality"]
@@ -378,14 +378,14 @@ def test_rerunning_converges_on_the_same_files(copy_fixture: Any) -> None:
     later = write_position_deletes(table.storage, files, sequence_number=5, snapshot_id=snapshot_id + 1)
     assert later.column("file_path").equals(first.column("file_path"))
     assert later.column("sequence_number").to_pylist() == [5]
-    assert len(list((root / "metadata").iterdir())) == 1
+    assert len(list((root / "_iceberg" / "metadata").iterdir())) == 1
 
 
 def test_a_foreign_file_at_the_deterministic_name_is_refused(copy_fixture: Any) -> None:
     root = copy_fixture("table-with-dv-small")
     table, snap, (_, _, snapshot_id), _, files = _files_for(root)
     key = delete_file_key(files.column("file_path")[0].as_py(), snap.files.column("deletionVector")[0].as_py())
-    (root / key).parent.mkdir()
+    (root / key).parent.mkdir(parents=True)
     pq.write_table(pa.table({"file_path": ["x"], "pos": [0]}), root / key)
     with pytest.raises(DeleteFileMismatchError, match="holds 1 deletes"):
         write_position_deletes(table.storage, files, sequence_number=1, snapshot_id=snapshot_id)
@@ -416,8 +416,8 @@ def _iceberg_table(root: Path, version: int | None = None) -> StaticTable:
     """Iceberg metadata for the Delta table at ``version``: one data manifest and one delete manifest."""
     table, snap, (converted, spec, snapshot_id), data, files = _files_for(root, version)
     deletes = write_position_deletes(table.storage, files, sequence_number=1, snapshot_id=snapshot_id)
-    meta = root / "metadata"
-    meta.mkdir(exist_ok=True)
+    meta = root / "_iceberg" / "metadata"
+    meta.mkdir(parents=True, exist_ok=True)
     manifests = []
     for name, entries, content in (("data", data, "data"), ("deletes", deletes, "deletes")):
         summary = write_manifest(str(meta / f"{name}-m0.avro"), entries, schema=converted.schema, spec=spec,
@@ -563,4 +563,4 @@ def test_partitioned_table_with_dvs_in_several_partitions(roaring: Any, tmp_path
         (delete,) = task.delete_files
         assert delete.partition == task.file.partition
     assert _check_same_rows(root, None, iceberg) == n - 301 - len(range(1, 1000, 7)) - 1
-    shutil.rmtree(root / "metadata")
+    shutil.rmtree(root / "_iceberg" / "metadata")

@@ -47,6 +47,7 @@ import pytest
 from deltalake import write_deltalake
 
 from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.iceberg.schema import UnsupportedTypeError
 
 pytestmark = pytest.mark.spark
 
@@ -634,15 +635,6 @@ def test_pushed_down_aggregates_match_delta(iceberg_spark: Any, aggregates_table
     assert "LocalTableScan" in plan, plan
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Iceberg's aggregate push-down (spark.sql.iceberg.aggregate-push-down.enabled, on by default) returns the "
-    "file bounds as min/max, but Delta's timestamp stats are truncated to milliseconds: the converted lower bound "
-    "is the truncated min and the upper bound the max rounded up to the last microsecond of its millisecond "
-    "(airflow_deltaberg/core/iceberg/metrics.py), valid for pruning but not the real min/max: min(ts) returns "
-    "00:00:00.123 for 00:00:00.123456. Iceberg skips the push-down for a column whose "
-    "write.metadata.metrics.column.<name> mode is 'counts' (checked by hand: with that table property the results "
-    "are right)."
-))
 def test_pushed_down_timestamp_aggregates_match_delta(iceberg_spark: Any,
                                                       aggregates_table: tuple[Path, str]) -> None:
     path, location = aggregates_table
@@ -697,11 +689,6 @@ def test_decimal_bounds_survive_nan_stats(iceberg_spark: Any, floats_table: tupl
     ), "floats")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Iceberg orders -0.0 before 0.0 (bounds and partition values compare with Java's total order) while Spark SQL "
-    "treats -0.0 = 0.0: a file whose bounds are [-0.0, -0.0] is pruned for 'dbl = 0.0'. Iceberg-written files "
-    "behave the same; the conversion could widen a -0.0 upper bound to 0.0 and a 0.0 lower bound to -0.0."
-))
 def test_negative_zero_matches_zero(iceberg_spark: Any, floats_table: tuple[Path, str]) -> None:
     path, location = floats_table
     assert_same_filtered_ids(iceberg_spark, iceberg_df(iceberg_spark, location), delta_df(iceberg_spark, path), (
@@ -721,73 +708,51 @@ def assert_every_version_matches(spark: Any, path: Path, location: str) -> None:
 
 @pytest.fixture(scope="module")
 def mapped_table(iceberg_spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """Column mapping mode name without IcebergCompat: a CHAR column, lists and maps of primitives and of structs;
-    two commits converted one at a time. Each test below reads only the columns of its own difference."""
+    """Column mapping mode name without IcebergCompat: lists and maps of structs (no nested ids); two commits
+    converted one at a time."""
     path = tmp_path_factory.mktemp("iceberg-parity") / "mapped"
     run_sql(
         iceberg_spark, path,
-        "CREATE TABLE @ (id INT, c CHAR(3), arr ARRAY<INT>, m MAP<STRING, INT>, arrs ARRAY<STRUCT<e: INT>>, "
-        f"ms MAP<STRING, STRUCT<v: INT>>) USING delta TBLPROPERTIES ({NO_DV}, 'delta.columnMapping.mode' = 'name')",
-        "INSERT INTO @ VALUES (1, 'a', array(1, NULL), map('a', 1), array(named_struct('e', 1)), "
-        "map('k', named_struct('v', 1))), (2, NULL, NULL, NULL, NULL, NULL)",
-        "INSERT INTO @ VALUES (3, 'abc', array(), map(), array(), map())",
+        "CREATE TABLE @ (id INT, arrs ARRAY<STRUCT<e: INT>>, ms MAP<STRING, STRUCT<v: INT>>) "
+        f"USING delta TBLPROPERTIES ({NO_DV}, 'delta.columnMapping.mode' = 'name')",
+        "INSERT INTO @ VALUES (1, array(named_struct('e', 1)), map('k', named_struct('v', 1))), (2, NULL, NULL)",
+        "INSERT INTO @ VALUES (3, array(), map())",
     )
     convert(str(path), version=1)
     return path, convert(str(path)).metadata_location
 
 
 def test_mapped_nested_structs_match_delta(iceberg_spark: Any, mapped_table: tuple[Path, str]) -> None:
-    """Lists and maps of structs read fine under column mapping (their leaves carry field ids)."""
+    """Lists and maps of structs read fine under column mapping without nested ids (their leaves carry field
+    ids, map keys are read by position)."""
     path, location = mapped_table
-    assert_same_rows(iceberg_df(iceberg_spark, location).select("id", "arrs", "ms"),
-                     delta_df(iceberg_spark, path).select("id", "arrs", "ms"), "mapped")
+    assert_same_rows(iceberg_df(iceberg_spark, location), delta_df(iceberg_spark, path), "mapped")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Iceberg has no char type: CHAR(n) converts to string, and Delta on Spark pads CHAR values on read "
-    "(spark.sql.readSideCharPadding) while Iceberg returns them unpadded ('a' instead of 'a  '); by the rule of "
-    "airflow_deltaberg/core/iceberg/schema.py (no exact Iceberg counterpart: refuse) CHAR columns should be refused "
-    "or documented."
-))
-def test_char_columns_read_padded(iceberg_spark: Any, mapped_table: tuple[Path, str]) -> None:
-    path, location = mapped_table
-    assert_same_rows(iceberg_df(iceberg_spark, location).select("id", "c"),
-                     delta_df(iceberg_spark, path).select("id", "c"), "mapped")
+@pytest.mark.parametrize(("column", "error"), [
+    # Iceberg has no char type: Delta on Spark pads CHAR values on read, Iceberg would return them unpadded.
+    ("c CHAR(3)", "is char\\(3\\), which Delta on Spark pads"),
+    # Files under column mapping carry no field ids on list elements or map values without nested ids: Iceberg
+    # Java fails ('[col-..., list, element] optional int32 element is not in the store').
+    ("arr ARRAY<INT>", "list or map of primitives under column mapping"),
+    ("m MAP<STRING, INT>", "list or map of primitives under column mapping"),
+])
+def test_columns_iceberg_cannot_read_like_delta_are_refused(iceberg_spark: Any, tmp_path: Path, column: str,
+                                                            error: str) -> None:
+    path = tmp_path / "refused"
+    run_sql(iceberg_spark, path, f"CREATE TABLE @ (id INT, {column}) USING delta "
+                                 f"TBLPROPERTIES ({NO_DV}, 'delta.columnMapping.mode' = 'name')")
+    with pytest.raises(UnsupportedTypeError, match=error):
+        convert(str(path))
+    assert not (path / "_iceberg").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Delta files under column mapping carry parquet field ids on struct fields only, none on list elements or "
-    "map keys/values (unless IcebergCompatV2 adds nested ids); Iceberg Java then resolves columns by id and fails "
-    "on a list or map of primitives: IllegalArgumentException '[col-..., list, element] optional int32 element is "
-    "not in the store'. The conversion (airflow_deltaberg/core/iceberg/schema.py) accepts such tables."
-))
-def test_mapped_lists_and_maps_of_primitives(iceberg_spark: Any, mapped_table: tuple[Path, str]) -> None:
-    path, location = mapped_table
-    assert_same_rows(iceberg_df(iceberg_spark, location).select("id", "arr", "m"),
-                     delta_df(iceberg_spark, path).select("id", "arr", "m"), "mapped")
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "Under column mapping Delta gives no ids to list elements and map keys/values (without IcebergCompatV2), and "
-    "convert_schema (airflow_deltaberg/core/iceberg/schema.py) allocates fresh ids for them on every conversion "
-    "(_IdAllocator gets no previous ids when the table is mapped): every converted commit adds an Iceberg schema "
-    "(and bumps last-column-id), although the Delta schema did not change."
-))
 def test_unchanged_schema_keeps_its_iceberg_schema(mapped_table: tuple[Path, str]) -> None:
     _, location = mapped_table
     metadata = json.loads(Path(location).read_text())
     assert [s["schema-id"] for s in metadata["snapshots"]] == [0, 0], metadata["schemas"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Enabling column mapping on a table converted before: the Iceberg schema switches from the ids the converter "
-    "assigned (depth-first, map keys/values and list elements included) to Delta's column mapping ids (which skip "
-    "them), so columns change ids and ids are reused for other columns; the old partition spec's source id no "
-    "longer names the partition column and Iceberg Java refuses to load the table: 'Cannot create identity "
-    "partition sourced from different field in schema: p' (airflow_deltaberg/core/iceberg/schema.py "
-    "convert_schema; table_metadata.py keeps the old spec). Time travel to older snapshots also breaks, as the "
-    "name mapping is the current one."
-))
 def test_column_mapping_enabled_after_conversion(iceberg_spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "upgraded"
     run_sql(iceberg_spark, path,
@@ -799,15 +764,6 @@ def test_column_mapping_enabled_after_conversion(iceberg_spark: Any, tmp_path: P
     assert_every_version_matches(iceberg_spark, path, convert(str(path)).metadata_location)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "After column mapping is enabled on an existing table, dropping column a and adding a new column a: files "
-    "written before the upgrade name the old column 'a' (no field ids), and the name mapping lists the logical "
-    "name next to the physical one for every field (airflow_deltaberg/core/iceberg/schema.py _names), so the new "
-    "a (names [col-<uuid>, 'a']) picks up the dropped column's values: Iceberg reads a='old' where Delta reads "
-    "null. A rename (a to b) followed by an add of a maps 'a' twice and Iceberg Java fails every read "
-    "(IllegalArgumentException: Multiple entries with same key: a=3 and a=2). Physical names alone resolve those "
-    "files (Delta sets them to the column names at the time of the upgrade)."
-))
 def test_dropped_column_stays_dropped_after_column_mapping_upgrade(iceberg_spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "readded"
     run_sql(iceberg_spark, path,
@@ -817,13 +773,6 @@ def test_dropped_column_stays_dropped_after_column_mapping_upgrade(iceberg_spark
     assert_same_rows(iceberg_df(iceberg_spark, location), delta_df(iceberg_spark, path), "readded")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A Delta table replaced with another partitioning (CREATE OR REPLACE ... PARTITIONED BY): the new spec reuses "
-    "partition field id 1000 for another source column (airflow_deltaberg/core/iceberg/partition.py identity_spec "
-    "numbers fields from 1000 in every spec; Iceberg requires new ids above last-partition-id). Iceberg Java then "
-    "fills column a with the partition values of b (a='30' instead of 'y') and its metadata tables fail: "
-    "ValidationException 'Conflicting partition fields: [1000: a: identity(2), 1000: b: identity(3)]'."
-))
 def test_partitioning_changed_by_replace(iceberg_spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "replaced"
     run_sql(iceberg_spark, path,

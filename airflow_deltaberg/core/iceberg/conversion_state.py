@@ -48,6 +48,11 @@ class ConversionState:
     manifests: tuple[ManifestRecord, ...]
 
 
+def data_path_column(content: str | int) -> str:
+    """The entry column naming the data file an entry is about."""
+    return "referenced_data_file" if content in ("deletes", 1) else "file_path"
+
+
 def state_key(manifest_list_key: str) -> str:
     return f"{manifest_list_key}.state.json"
 
@@ -113,20 +118,23 @@ def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
 
 
 def write_manifest_record(
-    storage: Storage, entries: pa.Table, schema: Schema, spec: PartitionSpec, snapshot_id: int, sequence_number: int
+    storage: Storage, entries: pa.Table, schema: Schema, spec: PartitionSpec, snapshot_id: int, sequence_number: int,
+    *, content: str = "data",
 ) -> ManifestRecord:
     """Write a manifest added by snapshot ``snapshot_id`` (sequence ``sequence_number``) and the Arrow copy
-    of its entries; its manifest-list row comes back with them, sequence numbers resolved."""
+    of its entries; its manifest-list row comes back with them, sequence numbers resolved. The path range
+    kept is that of the data files the entries describe (``referenced_data_file`` for delete manifests)."""
     name = f"{METADATA_DIR}/{uuid.uuid4()}-m0"
     fs, path = storage.arrow_path(f"{name}.avro")
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, filesystem=fs)
+    summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, content=content,
+                             filesystem=fs)
     entries_key = f"{name}.entries.parquet"
     efs, epath = storage.arrow_path(entries_key)
     # Parquet cannot store a struct without fields (the partition of an unpartitioned table).
     stored = entries.drop_columns(["partition"]) if entries.schema.field("partition").type.num_fields == 0 else entries
     pq.write_table(stored, epath, filesystem=efs, compression="zstd")
-    bounds = pc.min_max(entries.column("file_path"))
+    bounds = pc.min_max(entries.column(data_path_column(content)))
     info = summary.manifest_file(storage.uri(f"{name}.avro"))
     info = replace(info, sequence_number=sequence_number,
                    min_sequence_number=info.min_sequence_number if info.min_sequence_number is not None

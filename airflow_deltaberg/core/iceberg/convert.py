@@ -14,51 +14,62 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
-from airflow_deltaberg.core.delta.stats import parse_stats
 from airflow_deltaberg.core.errors import VersionNotFoundError
 from airflow_deltaberg.core.iceberg.catalog import open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ConversionState,
     ManifestRecord,
+    data_path_column,
     read_entries,
     read_state,
     write_manifest_record,
     write_state,
 )
-from airflow_deltaberg.core.iceberg.data_files import (
-    DeletionVectorsNotConvertibleError,
-    data_file_locations,
-    entries_for_files,
-    refuse_deletion_vectors,
+from airflow_deltaberg.core.iceberg.data_files import data_file_locations
+from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files, expire_snapshots
+from airflow_deltaberg.core.iceberg.file_manifests import (
+    SnapshotPlan,
+    file_entries,
+    write_entry_manifests,
+    write_file_manifests,
 )
 from airflow_deltaberg.core.iceberg.manifest import write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.publish import (
+    ICEBERG_DIR,
     METADATA_DIR,
     PublishedMetadata,
     ensure_version_hint,
     latest_metadata,
     publish_metadata,
 )
-from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY, ConvertedSchema, convert_schema
-from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION, SnapshotSpec, build_metadata, new_snapshot_id
+from airflow_deltaberg.core.iceberg.schema import (
+    NAME_MAPPING_PROPERTY,
+    ConvertedSchema,
+    convert_schema,
+)
+from airflow_deltaberg.core.iceberg.table_metadata import (
+    DELTA_COLUMN_MAPPING_MODE,
+    DELTA_VERSION,
+    SnapshotSpec,
+    build_metadata,
+    new_snapshot_id,
+    with_table_ids,
+)
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
-
-MANIFEST_ROWS = 250_000
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class ConversionResult:
     seconds: float
     identifier: str | None = None
     snapshots_written: int = 0
+    snapshots_expired: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,141 +122,213 @@ def _schema_and_spec(metadata: Metadata, table: str, tip: _Tip) -> tuple[Convert
         previous=prev.schema() if prev else None, previous_last_column_id=prev.last_column_id if prev else 0,
         partition_columns=metadata.partition_columns,
     )
-    return converted, identity_spec(converted.schema, metadata.partition_columns)
+    return converted, identity_spec(converted.schema, metadata.partition_columns,
+                                    previous=prev.partition_specs if prev else ())
 
 
-def _commit_snapshot(
-    storage: Storage,
-    tip: _Tip,
-    *,
-    delta_metadata: Metadata,
-    converted: ConvertedSchema,
-    spec: PartitionSpec,
-    manifests: Sequence[ManifestRecord],
-    delta_version: int,
-    timestamp_ms: int,
-    operation: Operation,
-    summary: dict[str, str],
-) -> _Tip:
+def plan_snapshot(table: DeltaTable, tip: _Tip, metadata: Metadata, delta_version: int, timestamp_ms: int,
+                  storage_options: Mapping[str, Any] | None = None) -> SnapshotPlan:
+    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip``."""
+    converted, spec = _schema_and_spec(metadata, table.location, tip)
+    prev = tip.published.metadata if tip.published else None
+    schema, spec = with_table_ids(converted.schema, spec, prev, _resets_history(tip, metadata))
+    converted = replace(converted, schema=schema)
+    return SnapshotPlan(
+        table=table.location,
+        storage_options=dict(storage_options) if storage_options else None,
+        delta_version=delta_version,
+        timestamp_ms=timestamp_ms,
+        delta_metadata=metadata.to_action(),
+        converted=converted,
+        spec=spec,
+        snapshot_id=new_snapshot_id(prev, metadata.id, delta_version),
+        sequence_number=(prev.last_sequence_number if prev else 0) + 1,
+    )
+
+
+def _commit_snapshot(storage: Storage, tip: _Tip, plan: SnapshotPlan, manifests: Sequence[ManifestRecord],
+                     operation: Operation, summary: dict[str, str]) -> _Tip:
     """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it."""
     prev = tip.published.metadata if tip.published else None
-    snapshot_id = new_snapshot_id(prev, delta_metadata.id, delta_version)
-    sequence_number = (prev.last_sequence_number if prev else 0) + 1
-    state = ConversionState(delta_version, delta_metadata.to_action(), tuple(manifests))
-    list_key = f"{METADATA_DIR}/snap-{snapshot_id}-1-{uuid.uuid4()}.avro"
+    state = ConversionState(plan.delta_version, dict(plan.delta_metadata), tuple(manifests))
+    list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{uuid.uuid4()}.avro"
     write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)
-    write_manifest_list(list_path, [m.info for m in manifests], snapshot_id,
-                        prev.current_snapshot_id if prev else None, sequence_number, filesystem=fs)
+    write_manifest_list(list_path, [m.info for m in manifests], plan.snapshot_id,
+                        prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs)
+    mode = plan.metadata.column_mapping_mode
+    metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(), "format-version": "2",
+                           DELTA_COLUMN_MAPPING_MODE: mode, **plan.converted.properties}
+    reset = _resets_history(tip, plan.metadata)
+    if reset:
+        log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
+                 "snapshots start afresh (column ids change)", plan.table, _converted_mapping_mode(tip), mode,
+                 plan.delta_version)
     metadata = build_metadata(
         previous=prev,
         previous_location=tip.published.location if tip.published else None,
-        location=storage.root,
-        delta_table_id=delta_metadata.id,
-        schema=converted.schema,
-        last_column_id=converted.last_column_id,
-        spec=spec,
-        properties={NAME_MAPPING_PROPERTY: converted.name_mapping_json(), "format-version": "2"},
-        snapshot=SnapshotSpec(snapshot_id, delta_version, timestamp_ms, operation, storage.uri(list_key), summary),
+        location=storage.uri(ICEBERG_DIR),
+        delta_table_id=plan.metadata.id,
+        schema=plan.converted.schema,
+        last_column_id=plan.converted.last_column_id,
+        spec=plan.spec,
+        properties=metadata_properties,
+        snapshot=SnapshotSpec(plan.snapshot_id, plan.delta_version, plan.timestamp_ms, operation,
+                              storage.uri(list_key), summary),
         now_ms=int(time.time() * 1000),
+        reset_history=reset,
     )
     published = publish_metadata(storage, (tip.published.version if tip.published else 0) + 1, metadata)
     return _Tip(published, state)
 
 
-def _totals(summary: dict[str, str], tip: _Tip, added: pa.Table | None, removed_records: int,
-            removed_files: int) -> dict[str, str]:
-    added_files = added.num_rows if added is not None else 0
-    added_records = int(pc.sum(added.column("record_count")).as_py() or 0) if added is not None else 0
-    summary.update({
-        "added-data-files": str(added_files),
-        "added-records": str(added_records),
-        "deleted-data-files": str(removed_files),
-        "deleted-records": str(removed_records),
-        "total-data-files": str(tip.total_files + added_files - removed_files),
-        "total-records": str(tip.total_records + added_records - removed_records),
-        "total-delete-files": "0",
-        "total-position-deletes": "0",
+def _converted_mapping_mode(tip: _Tip) -> str | None:
+    """The Delta column mapping mode of the converted version the tip holds."""
+    if tip.published is None:
+        return None
+    mode = tip.published.metadata.properties.get(DELTA_COLUMN_MAPPING_MODE)
+    if mode is None and tip.state is not None:
+        mode = Metadata.from_action(tip.state.delta_metadata).column_mapping_mode
+    return mode
+
+
+def _resets_history(tip: _Tip, metadata: Metadata) -> bool:
+    previous_mode = _converted_mapping_mode(tip)
+    return previous_mode is not None and previous_mode != metadata.column_mapping_mode
+
+
+def _summary(manifests: Sequence[ManifestRecord], snapshot_id: int) -> dict[str, str]:
+    """Snapshot summary counts from the manifest list rows (Iceberg spec, "Snapshot Summary")."""
+    def total(content: int, what: str) -> int:
+        return sum(getattr(m.info, f"added_{what}_count") + getattr(m.info, f"existing_{what}_count")
+                   for m in manifests if m.info.content == content)
+
+    def changed(content: int, kind: str, what: str) -> int:
+        return sum(getattr(m.info, f"{kind}_{what}_count") for m in manifests
+                   if m.info.content == content and m.info.added_snapshot_id == snapshot_id)
+
+    return {
+        "added-data-files": str(changed(0, "added", "files")),
+        "added-records": str(changed(0, "added", "rows")),
+        "deleted-data-files": str(changed(0, "deleted", "files")),
+        "deleted-records": str(changed(0, "deleted", "rows")),
+        "added-delete-files": str(changed(1, "added", "files")),
+        "added-position-deletes": str(changed(1, "added", "rows")),
+        "removed-delete-files": str(changed(1, "deleted", "files")),
+        "removed-position-deletes": str(changed(1, "deleted", "rows")),
+        "total-data-files": str(total(0, "files")),
+        "total-records": str(total(0, "rows")),
+        "total-delete-files": str(total(1, "files")),
+        "total-position-deletes": str(total(1, "rows")),
         "total-equality-deletes": "0",
-    })
-    return summary
+    }
 
 
-def convert_full(storage: Storage, snapshot: Snapshot, tip: _Tip) -> tuple[_Tip, int, int]:
+#: Writes the manifests of a full conversion; the default writes them in this process.
+ManifestWriter = Callable[[Storage, SnapshotPlan, Snapshot], list[ManifestRecord]]
+
+
+def _write_in_process(storage: Storage, plan: SnapshotPlan, snapshot: Snapshot) -> list[ManifestRecord]:
+    return write_file_manifests(storage, plan, snapshot.files)
+
+
+def convert_full(table: DeltaTable, snapshot: Snapshot, tip: _Tip, *,
+                 storage_options: Mapping[str, Any] | None = None,
+                 manifest_writer: ManifestWriter | None = None) -> tuple[_Tip, int, int]:
     """One Iceberg snapshot listing every live file of ``snapshot``."""
-    refuse_deletion_vectors(snapshot)
-    converted, spec = _schema_and_spec(snapshot.metadata, snapshot.table, tip)
+    storage = table.storage
+    plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options)
+    manifests = (manifest_writer or _write_in_process)(storage, plan, snapshot)
+    summary = _summary(manifests, plan.snapshot_id)
+    # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
+    removed_files = tip.total_files
+    summary["deleted-data-files"], summary["deleted-records"] = str(removed_files), str(tip.total_records)
     prev = tip.published.metadata if tip.published else None
-    snapshot_id = new_snapshot_id(prev, snapshot.metadata.id, snapshot.version)
-    sequence_number = (prev.last_sequence_number if prev else 0) + 1
-    entries = entries_for_files(snapshot.files, snapshot.metadata, converted, spec, storage, table=snapshot.table,
-                                snapshot_id=snapshot_id, sequence_number=sequence_number)
-    manifests = [
-        write_manifest_record(storage, entries.slice(offset, MANIFEST_ROWS), converted.schema, spec, snapshot_id,
-                              sequence_number)
-        for offset in range(0, entries.num_rows, MANIFEST_ROWS)
-    ]
-    removed_files, removed_records = tip.total_files, tip.total_records
-    # A full snapshot replaces everything: its totals are its own files.
-    base = _Tip(None, None)
-    summary = _totals({}, base, entries, 0, 0)
-    summary["deleted-data-files"], summary["deleted-records"] = str(removed_files), str(removed_records)
-    new_tip = _commit_snapshot(
-        storage, tip, delta_metadata=snapshot.metadata, converted=converted, spec=spec, manifests=manifests,
-        delta_version=snapshot.version, timestamp_ms=snapshot.timestamp,
-        operation=Operation.OVERWRITE if prev else Operation.APPEND, summary=summary,
-    )
-    return new_tip, entries.num_rows, removed_files
+    new_tip = _commit_snapshot(storage, tip, plan, manifests, Operation.OVERWRITE if prev else Operation.APPEND,
+                               summary)
+    return new_tip, int(summary["added-data-files"]), removed_files
 
 
 class _FallBackToFull(Exception):
     """Incremental conversion cannot continue; the reason goes to the log."""
 
 
-def _operation(adds: pa.Table, removes: pa.Table) -> Operation:
-    changes = pa.concat_arrays([adds.column("dataChange").combine_chunks(),
-                                removes.column("dataChange").combine_chunks()])
+def _operation(changes: pa.Array, summary: dict[str, str]) -> Operation:
+    """Iceberg's operation for a commit: replace when nothing changes data (dataChange=false everywhere),
+    append when files are only added, delete when rows are only removed, overwrite otherwise."""
     if len(changes) and not pc.any(pc.fill_null(changes, True)).as_py():
         return Operation.REPLACE
-    if removes.num_rows == 0:
+    added = int(summary["added-data-files"])
+    removed = int(summary["deleted-data-files"]) + int(summary["added-delete-files"])
+    if not removed:
         return Operation.APPEND
-    return Operation.DELETE if adds.num_rows == 0 else Operation.OVERWRITE
+    return Operation.DELETE if not added else Operation.OVERWRITE
 
 
-def _remove_files(
-    storage: Storage, manifests: list[ManifestRecord], locations: pa.Array, schema: Schema, spec: PartitionSpec,
-    snapshot_id: int, sequence_number: int,
-) -> tuple[list[ManifestRecord], int, int]:
-    """Rewrite the manifests holding removed files: those entries become DELETED, the rest EXISTING."""
+def _remove_entries(
+    storage: Storage, manifests: list[ManifestRecord], locations: pa.Array, plan: SnapshotPlan, content: int,
+) -> list[ManifestRecord]:
+    """Rewrite the manifests of ``content`` holding entries about data files at ``locations`` (the data files
+    themselves, or the position deletes referencing them): those entries become DELETED, the rest EXISTING."""
     kept: list[ManifestRecord] = []
-    removed_files = removed_records = 0
+    column = data_path_column(content)
     for record in manifests:
-        if not record.may_contain(locations):
+        if record.info.content != content or not record.may_contain(locations):
             kept.append(record)
             continue
         entries = read_entries(storage, record)
-        live = pc.not_equal(entries.column("status"), 2)
-        entries = entries.filter(live)  # entries deleted by an older snapshot are not carried on
-        hit = pc.is_in(entries.column("file_path"), locations)
+        entries = entries.filter(pc.not_equal(entries.column("status"), 2))  # deleted earlier: not carried on
+        hit = pc.is_in(entries.column(column), locations)
         if not pc.any(hit).as_py():
             kept.append(record)
             continue
-        removed_files += int(pc.sum(hit.cast(pa.int64())).as_py())
-        removed_records += int(pc.sum(entries.column("record_count").filter(hit)).as_py() or 0)
         hit_np = np.asarray(hit)
         status = np.where(hit_np, 2, 0).astype(np.int32)
-        snap_ids = np.where(hit_np, snapshot_id, np.asarray(entries.column("snapshot_id")))
+        snap_ids = np.where(hit_np, plan.snapshot_id, np.asarray(entries.column("snapshot_id")))
         rewritten = entries.set_column(entries.schema.get_field_index("status"), "status", pa.array(status))
         rewritten = rewritten.set_column(rewritten.schema.get_field_index("snapshot_id"), "snapshot_id",
                                          pa.array(snap_ids, pa.int64()))
-        kept.append(write_manifest_record(storage, rewritten, schema, spec, snapshot_id, sequence_number))
-    return kept, removed_files, removed_records
+        kept.append(write_manifest_record(storage, rewritten, plan.converted.schema, plan.spec, plan.snapshot_id,
+                                          plan.sequence_number, content="deletes" if content else "data"))
+    return kept
 
 
-def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int) -> tuple[_Tip, int, int, int]:
+def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Table,
+                    removes: pa.Table) -> tuple[_Tip, int, int]:
+    """One Iceberg snapshot for one Delta commit's add and remove actions.
+
+    A path both removed and added in the commit is the same data file with a new deletion vector (or none):
+    its data entry stays, and only its position deletes change.
+    """
+    if tip.state is None:
+        raise _FallBackToFull("no conversion state next to the current Iceberg snapshot")
+    manifests = list(tip.state.manifests)
+    add_locations = data_file_locations(storage, adds.column("path").combine_chunks())
+    removed_locations = data_file_locations(storage, removes.column("path").combine_chunks())
+    kept_in_place = pc.is_in(add_locations, removed_locations)
+    if removes.num_rows:
+        gone = removed_locations.filter(pc.invert(pc.is_in(removed_locations, add_locations)))
+        if len(gone):
+            manifests = _remove_entries(storage, manifests, gone, plan, content=0)
+        manifests = _remove_entries(storage, manifests, removed_locations, plan, content=1)
+    if adds.num_rows:
+        entries = file_entries(storage, plan, adds)
+        new_data = entries.data.filter(pc.invert(kept_in_place))
+        if new_data.num_rows:
+            manifests += write_entry_manifests(storage, plan, new_data)
+        if entries.deletes is not None:
+            manifests += write_entry_manifests(storage, plan, entries.deletes, content="deletes")
+    summary = _summary(manifests, plan.snapshot_id)
+    changes = pa.concat_arrays([adds.column("dataChange").combine_chunks(),
+                                removes.column("dataChange").combine_chunks()])
+    new_tip = _commit_snapshot(storage, tip, plan, manifests, _operation(changes, summary), summary)
+    return new_tip, int(summary["added-data-files"]), int(summary["deleted-data-files"])
+
+
+def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
+                        storage_options: Mapping[str, Any] | None = None) -> tuple[_Tip, int, int, int]:
     """One Iceberg snapshot per Delta commit after the tip's version; raises _FallBackToFull when the
     commits or the conversion state are not available."""
-    storage = table.storage
     if tip.state is None:
         raise _FallBackToFull("no conversion state next to the current Iceberg snapshot")
     start = tip.state.delta_version + 1
@@ -261,42 +345,17 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int) -> tu
             new_metadata = Metadata.from_action(metadata_by_version[version])
             if new_metadata.partition_columns != metadata.partition_columns or new_metadata.id != metadata.id:
                 raise _FallBackToFull(f"version {version} changes the partitioning or replaces the table")
+            if new_metadata.column_mapping_mode != metadata.column_mapping_mode:
+                raise _FallBackToFull(f"version {version} changes the column mapping mode, and with it the ids of "
+                                      "the columns")
             metadata = new_metadata
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
-        dv = adds.column("deletionVector").combine_chunks()
-        if dv.null_count != len(dv):
-            raise DeletionVectorsNotConvertibleError(
-                f"commit {version} adds files with deletion vectors, which Iceberg readers would not apply; "
-                f"nothing of this commit was converted (table {table.location}, version {version})"
-            )
-        converted, spec = _schema_and_spec(metadata, table.location, tip)
-        prev = tip.published.metadata if tip.published else None
-        snapshot_id = new_snapshot_id(prev, metadata.id, version)
-        sequence_number = (prev.last_sequence_number if prev else 0) + 1
-        manifests = list(tip.state.manifests) if tip.state else []
-        removed_files = removed_records = 0
-        if removes.num_rows:
-            locations = data_file_locations(storage, removes.column("path").combine_chunks())
-            manifests, removed_files, removed_records = _remove_files(
-                storage, manifests, locations, converted.schema, spec, snapshot_id, sequence_number)
-        added = None
-        if adds.num_rows:
-            files = adds.append_column("stats_parsed", parse_stats(adds.column("stats").combine_chunks(),
-                                                                   metadata.schema))
-            added = entries_for_files(files, metadata, converted, spec, storage, table=table.location,
-                                      snapshot_id=snapshot_id, sequence_number=sequence_number)
-            manifests.append(write_manifest_record(storage, added, converted.schema, spec, snapshot_id,
-                                                   sequence_number))
-        summary = _totals({}, tip, added, removed_records, removed_files)
-        tip = _commit_snapshot(
-            storage, tip, delta_metadata=metadata, converted=converted, spec=spec, manifests=manifests,
-            delta_version=version, timestamp_ms=commit_range.timestamps[version],
-            operation=_operation(adds, removes), summary=summary,
-        )
-        files_added += adds.num_rows
-        files_removed += removed_files
+        plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options)
+        tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)
+        files_added += added
+        files_removed += removed
         written += 1
     return tip, files_added, files_removed, written
 
@@ -317,11 +376,20 @@ def convert(
     identifier: str | None = None,
     version: int | None = None,
     full: bool = False,
+    manifest_writer: ManifestWriter | None = None,
+    retain_snapshots: int | None = None,
+    max_snapshot_age_ms: int | None = None,
 ) -> ConversionResult:
     """Convert the Delta table at ``location`` up to ``version`` (latest by default) and register it.
 
     Incremental when an earlier conversion exists (one Iceberg snapshot per new Delta commit), full when
     asked, on the first run, or when the commits since the last run are gone (logged with the reason).
+    ``manifest_writer`` replaces the in-process writing of a full conversion's manifests (e.g. by Spark
+    executors, see airflow_deltaberg.spark); it must return what ``write_file_manifests`` would.
+
+    Snapshot expiry runs when ``retain_snapshots`` or ``max_snapshot_age_ms`` is given: snapshots older than
+    the age (any age when not given) beyond the newest ``retain_snapshots`` (at least 1) are dropped from the
+    metadata, and the Iceberg metadata files only they used are deleted after the pointers moved.
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
@@ -338,19 +406,28 @@ def convert(
             mode = "full"
         else:
             try:
-                tip, files_added, files_removed, written = convert_incremental(table, tip, target)
+                tip, files_added, files_removed, written = convert_incremental(table, tip, target, storage_options)
             except _FallBackToFull as reason:
                 log.info("%s: full conversion instead of incremental: %s", table.location, reason)
                 mode = "full"
         if mode == "full":
             snapshot = table.snapshot(target)
-            tip, files_added, files_removed = convert_full(table.storage, snapshot, tip)
+            tip, files_added, files_removed = convert_full(table, snapshot, tip, storage_options=storage_options,
+                                                           manifest_writer=manifest_writer)
             written = 1
     assert tip.published is not None
+    expiry = Expiry(0, None)
+    if retain_snapshots is not None or max_snapshot_age_ms is not None:
+        older_than = None if max_snapshot_age_ms is None else int(time.time() * 1000) - max_snapshot_age_ms
+        expiry = expire_snapshots(table.storage, tip.published, older_than_ms=older_than,
+                                  retain_last=retain_snapshots or 1)
+        tip = _Tip(expiry.published or tip.published, tip.state)
     # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
     ensure_version_hint(table.storage, tip.published.version)
     if identifier is not None:
         point_catalog(open_catalog(catalog_name, catalog_config), identifier, tip.published.location)
+    # Files of expired snapshots go only once no pointer names a metadata file that uses them.
+    delete_expired_files(table.storage, expiry)
     current = tip.published.metadata.current_snapshot_id or 0
     return ConversionResult(
         table=table.location,
@@ -364,4 +441,5 @@ def convert(
         seconds=round(time.monotonic() - started, 3),
         identifier=identifier,
         snapshots_written=written,
+        snapshots_expired=expiry.snapshots_expired,
     )

@@ -25,10 +25,6 @@ from airflow_deltaberg.core.iceberg.schema import ConvertedSchema
 from airflow_deltaberg.core.storage import Storage, open_storage
 
 
-class DeletionVectorsNotConvertibleError(DeltabergError):
-    """Live files carry deletion vectors, which this conversion cannot express for Iceberg readers."""
-
-
 def data_file_locations(storage: Storage, paths: pa.Array) -> pa.Array:
     """Full locations of data files from their log paths (URI-encoded, relative to the table or absolute)."""
     # Plain relative paths (the common case) are joined column-wise; only paths with escapes or a scheme
@@ -48,13 +44,23 @@ def data_file_locations(storage: Storage, paths: pa.Array) -> pa.Array:
     return pa.array(values, pa.string())
 
 
+class MissingDataFileError(DeltabergError):
+    """A live data file of the Delta table is not in storage."""
+
+
 def _footer_row_count(location: str, storage: Storage) -> int:
     if location.startswith(storage.root + "/"):
         fs, full = storage.arrow_path(location[len(storage.root) + 1 :])
     else:
         parent, name = location.rsplit("/", 1)
         fs, full = open_storage(parent).arrow_path(name)
-    return pq.ParquetFile(full, filesystem=fs).metadata.num_rows
+    try:
+        return pq.ParquetFile(full, filesystem=fs).metadata.num_rows
+    except FileNotFoundError as exc:
+        raise MissingDataFileError(
+            f"data file {location} is live in the Delta log but missing from storage, and its stats have no "
+            f"numRecords, so its row count cannot be read (table {storage.root}); nothing was converted"
+        ) from exc
 
 
 def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage) -> pa.Array:
@@ -66,24 +72,15 @@ def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage)
     if not len(missing):
         return stats_counts
     paths = locations.take(pa.array(missing)).to_pylist()
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    pool = ThreadPoolExecutor(max_workers=8)
+    try:
         counts = list(pool.map(lambda p: _footer_row_count(p, storage), paths))
+    finally:
+        # On the first failure the footers not yet read are not read at all.
+        pool.shutdown(wait=True, cancel_futures=True)
     filled = np.asarray(stats_counts.fill_null(0)).copy()
     filled[missing] = counts
     return pa.array(filled, pa.int64())
-
-
-def refuse_deletion_vectors(snapshot: Snapshot) -> None:
-    dv = snapshot.state.adds.column("deletionVector").combine_chunks()
-    if dv.null_count == len(dv):
-        return
-    paths = snapshot.state.adds.column("path").filter(dv.is_valid()).to_pylist()
-    listed = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-    raise DeletionVectorsNotConvertibleError(
-        f"{len(paths)} live file(s) carry deletion vectors ({listed}); Iceberg readers would return the deleted "
-        f"rows, so nothing was converted. Purge them first (REORG TABLE ... APPLY (PURGE)) "
-        f"(table {snapshot.table}, version {snapshot.version})"
-    )
 
 
 def data_file_entries(

@@ -3,7 +3,7 @@
 Bounds must hold for every row, or Iceberg readers skip files that match. Delta truncates timestamps to
 milliseconds and strings to a prefix, so: timestamp maxima are rounded up to the last microsecond of
 their millisecond, and string maxima that may have been cut are dropped (a cut prefix is below the real
-maximum). Lower bounds survive both truncations as they are.
+maximum). Lower bounds survive both truncations as they are. Float bounds at zero cover both zeros.
 """
 
 from __future__ import annotations
@@ -120,10 +120,15 @@ def file_metrics(stats: pa.StructArray, columns: list[StatColumn], string_prefix
         low = _dig(stats.field("minValues"), col.physical_path) if n else None
         high = _dig(stats.field("maxValues"), col.physical_path) if n else None
         if low is not None:
+            low = _cast(low, target)
+            if isinstance(col.iceberg_type, (it.FloatType, it.DoubleType)):
+                low = _zero_as(low, -0.0)
             keys_lo.append(col.field_id)
-            lows.append(serialize_bounds(_cast(low, target), col.iceberg_type))
+            lows.append(serialize_bounds(low, col.iceberg_type))
         if high is not None:
             high = _cast(high, target)
+            if isinstance(col.iceberg_type, (it.FloatType, it.DoubleType)):
+                high = _zero_as(high, 0.0)
             if isinstance(col.iceberg_type, (it.TimestampType, it.TimestamptzType)):
                 high = _round_up_millis(high)
             if isinstance(col.iceberg_type, it.StringType):
@@ -136,6 +141,15 @@ def file_metrics(stats: pa.StructArray, columns: list[StatColumn], string_prefix
         kv_lists(keys_lo, lows, n, pa.binary()),
         kv_lists(keys_hi, highs, n, pa.binary()),
     )
+
+
+def _zero_as(values: pa.Array, zero: float) -> pa.Array:
+    """Bounds at zero widened to cover both signs: Iceberg orders -0.0 before 0.0 (Java's total order) while
+    SQL engines treat them as equal, so a file with only -0.0 must not be pruned for ``x = 0.0``, nor one with
+    only 0.0 for ``x = -0.0``; Delta's stats do not say which zero a file holds."""
+    arr = np.asarray(values.fill_null(0.0))
+    widened = np.where(arr == 0, np.asarray(zero, arr.dtype), arr)
+    return pa.array(widened, values.type, mask=np.asarray(values.is_null()))
 
 
 def _cast(values: pa.Array, target: pa.DataType) -> pa.Array:

@@ -21,17 +21,25 @@ class PartitionValueError(DeltabergError):
     """A partition value that does not parse as its column's type."""
 
 
-def identity_spec(schema: Schema, partition_columns: Sequence[str], spec_id: int = 0) -> PartitionSpec:
-    fields = [
-        PartitionField(
-            source_id=schema.find_field(name).field_id,
-            field_id=PARTITION_FIELD_ID_START + i,
-            transform=IdentityTransform(),
-            name=name,
-        )
-        for i, name in enumerate(partition_columns)
-    ]
-    return PartitionSpec(*fields, spec_id=spec_id)
+def identity_spec(schema: Schema, partition_columns: Sequence[str],
+                  previous: Sequence[PartitionSpec] = ()) -> PartitionSpec:
+    """Identity partitioning over ``partition_columns``.
+
+    Partition field ids are unique across all specs of a table (Iceberg spec, "Partition Evolution"): a field
+    of an earlier spec with the same source and transform keeps its id, a new one gets an id above every id
+    used so far. The spec id is assigned when the spec is added to the table metadata.
+    """
+    known = {(pf.source_id, str(pf.transform)): pf.field_id for spec in previous for pf in spec.fields}
+    next_id = max([pf.field_id for spec in previous for pf in spec.fields], default=PARTITION_FIELD_ID_START - 1)
+    fields = []
+    for name in partition_columns:
+        source_id = schema.find_field(name).field_id
+        field_id = known.get((source_id, str(IdentityTransform())))
+        if field_id is None:
+            next_id += 1
+            field_id = next_id
+        fields.append(PartitionField(source_id=source_id, field_id=field_id, transform=IdentityTransform(), name=name))
+    return PartitionSpec(*fields, spec_id=0)
 
 
 def arrow_type(t: it.IcebergType) -> pa.DataType:

@@ -1,7 +1,12 @@
 """Reading and publishing Iceberg metadata files next to the Delta log.
 
-Layout: ``<table>/metadata/v<N>.metadata.json`` and ``version-hint.text`` (as path-based readers expect),
-manifests and manifest lists beside them. A metadata file is created with write-if-absent, so of two
+Layout: the Iceberg table location is ``<table>/_iceberg``, with ``metadata/v<N>.metadata.json`` and
+``metadata/version-hint.text`` below it (as path-based readers expect), manifests and manifest lists beside
+them. The folder name starts with ``_`` because Delta's VACUUM (Delta on Spark and delta-rs) deletes every
+file under the table it does not know about, except below folders whose names start with ``_`` or ``.``:
+in ``<table>/metadata`` the Iceberg table would be destroyed by the next VACUUM.
+
+A metadata file is created with write-if-absent, so of two
 converters racing for version N exactly one wins; the hint and the catalog pointer move after it.
 """
 
@@ -15,7 +20,8 @@ from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
 from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError
 from airflow_deltaberg.core.storage import Storage
 
-METADATA_DIR = "metadata"
+ICEBERG_DIR = "_iceberg"
+METADATA_DIR = f"{ICEBERG_DIR}/metadata"
 VERSION_HINT = f"{METADATA_DIR}/version-hint.text"
 _METADATA_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
 

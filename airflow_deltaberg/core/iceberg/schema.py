@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyiceberg import types as it
 from pyiceberg.schema import Schema
@@ -21,6 +21,7 @@ from airflow_deltaberg.core.errors import DeltabergError
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 TYPE_CHANGES = "delta.typeChanges"
+CHAR_VARCHAR_TYPE = "__CHAR_VARCHAR_TYPE_STRING"
 #: Data files of tables with Change Data Feed may hold an extra ``_change_type`` column that is not in the
 #: table schema (Delta protocol, Change Data Files). Iceberg allows a name mapping entry without a field id
 #: for such columns, but pyiceberg refuses file columns without an id; mapping it to the highest id a table
@@ -48,11 +49,17 @@ class UnsupportedTypeError(DeltabergError):
     """A Delta type that has no exact Iceberg counterpart: converting would change what readers see."""
 
 
+#: Iceberg's per-column metrics mode property (Iceberg "Write properties").
+METRICS_MODE_PROPERTY = "write.metadata.metrics.column.{}"
+
+
 @dataclass(frozen=True)
 class ConvertedSchema:
     schema: Schema
     name_mapping: NameMapping
     last_column_id: int
+    #: Table properties the schema calls for (metrics modes).
+    properties: dict[str, str] = field(default_factory=dict)
 
     def name_mapping_json(self) -> str:
         return self.name_mapping.model_dump_json()
@@ -61,14 +68,15 @@ class ConvertedSchema:
 class _IdAllocator:
     """Hands out ids: fixed ones from column mapping, earlier ones by name path, or fresh ones."""
 
-    def __init__(self, previous: dict[tuple[str, ...], int], start: int):
+    def __init__(self, previous: dict[tuple[str, ...], int], start: int, reserved: frozenset[int] = frozenset()):
         self.previous = previous
         self.next_id = start
+        self.reserved = reserved  # ids Delta assigned (column mapping): never handed out for another slot
 
     def id_for(self, path: tuple[str, ...], fixed: int | None) -> int:
         if fixed is not None:
             return fixed
-        if path in self.previous:
+        if path in self.previous and self.previous[path] not in self.reserved:
             return self.previous[path]
         self.next_id += 1
         return self.next_id
@@ -98,13 +106,13 @@ def previous_ids(schema: Schema | None) -> dict[tuple[str, ...], int]:
     return out
 
 
-def _max_delta_id(schema: StructType) -> int:
-    ids = [0]
+def _delta_ids(schema: StructType) -> frozenset[int]:
+    ids: set[int] = set()
     for _, f in schema.walk():
         if f.column_mapping_id is not None:
-            ids.append(f.column_mapping_id)
-        ids.extend(f.nested_ids.values())
-    return max(ids)
+            ids.add(f.column_mapping_id)
+        ids.update(f.nested_ids.values())
+    return frozenset(ids)
 
 
 def convert_schema(
@@ -124,8 +132,12 @@ def convert_schema(
     supplies it. Optional is a looser contract, so every reader still gets the same rows.
     """
     mapped = column_mapping_mode in ("name", "id")
-    start = max(previous_last_column_id, _max_delta_id(delta_schema) if mapped else 0)
-    ids = _IdAllocator({} if mapped else previous_ids(previous), start)
+    delta_ids = _delta_ids(delta_schema) if mapped else frozenset()
+    start = max(previous_last_column_id, *delta_ids, 0)
+    # Slots without a Delta id (every field without column mapping; list elements and map keys/values without
+    # nested ids under it) keep the id of the same name path in the previous schema, so an unchanged Delta
+    # schema keeps its Iceberg schema.
+    ids = _IdAllocator(previous_ids(previous), start, delta_ids)
     fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table)
     fields = [
         it.NestedField(f.field_id, f.name, f.field_type, required=False, doc=f.doc)
@@ -139,7 +151,19 @@ def convert_schema(
     except ValueError as exc:  # e.g. a column named "s.x" next to struct s with field x: ambiguous for Iceberg
         raise UnsupportedTypeError(f"the schema has no valid Iceberg form: {exc} (table {table})") from exc
     last = max([start, ids.next_id, *[fid for fid in _all_ids(schema.as_struct())]])
-    return ConvertedSchema(schema, NameMapping(mappings), last)
+    return ConvertedSchema(schema, NameMapping(mappings), last, _metrics_modes(schema))
+
+
+def _metrics_modes(schema: Schema) -> dict[str, str]:
+    """``counts`` for timestamp columns. Delta truncates timestamp stats to milliseconds, so their converted
+    bounds are true bounds (the maximum rounded up) but not the real minimum and maximum; Iceberg Java answers
+    min()/max() from the bounds (aggregate push-down) unless the column's metrics mode says they are not exact.
+    The bounds stay in the manifests, so scans still prune with them."""
+    modes = {}
+    for field_id in _all_ids(schema.as_struct()):
+        if isinstance(schema.find_type(field_id), it.TimestampType | it.TimestamptzType):
+            modes[METRICS_MODE_PROPERTY.format(schema.find_column_name(field_id))] = "counts"
+    return modes
 
 
 def _all_ids(t: it.IcebergType) -> Iterator[int]:
@@ -158,10 +182,10 @@ def _all_ids(t: it.IcebergType) -> Iterator[int]:
 
 
 def _names(field: StructField, mapped: bool) -> list[str]:
-    # Data files name columns by physical name under column mapping; list the logical name too so
-    # that files written before column mapping was enabled still resolve.
-    names = [field.physical_name, field.name] if mapped else [field.name]
-    return list(dict.fromkeys(names))
+    # Data files name columns by physical name under column mapping. Files written before column mapping
+    # was enabled use the names of that time, which Delta made the physical names, so the logical name must
+    # not be listed: after a drop and re-add (or a rename and re-add) it would resolve to another column.
+    return [field.physical_name if mapped else field.name]
 
 
 def _convert_struct(
@@ -178,11 +202,23 @@ def _convert_struct(
                 f"mapping (table {table})"
             )
         field_id = ids.id_for(field_path, fixed)
+        _refuse_char(f, field_path, table)
         iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table)
         _check_type_changes(f, iceberg_type, field_path, table)
         fields.append(it.NestedField(field_id, f.name, iceberg_type, required=not f.nullable))
         mappings.append(MappedField(field_id=field_id, names=_names(f, mapped), fields=children))
     return fields, mappings
+
+
+def _refuse_char(f: StructField, path: tuple[str, ...], table: str) -> None:
+    # Spark keeps CHAR(n) as a string with this metadata and pads values to n on read; Iceberg has no char type
+    # and returns the stored, unpadded values.
+    declared = str(f.metadata.get(CHAR_VARCHAR_TYPE, "")).lower()
+    if declared.startswith("char"):
+        raise UnsupportedTypeError(
+            f"column {'.'.join(path)} is {declared}, which Delta on Spark pads to its length on read and Iceberg "
+            f"(no char type) would return unpadded (table {table}); change it to STRING or VARCHAR before converting"
+        )
 
 
 def _promotable(source: it.IcebergType, target: it.IcebergType) -> bool:
@@ -247,7 +283,8 @@ def _convert_type(
         return it.StructType(*fields), mappings
     if isinstance(t, ArrayType):
         key = f"{slot}.element"
-        element_id = ids.id_for((*path, "element"), owner.nested_id(key) if mapped else None)
+        element_id = ids.id_for((*path, "element"), _nested_id(owner, key, t.element_type, path, table) if mapped
+                                else None)
         element, children = _convert_type(t.element_type, (*path, "element"), owner, key, ids, mapped, table)
         return (
             it.ListType(element_id, element, element_required=not t.contains_null),
@@ -255,8 +292,9 @@ def _convert_type(
         )
     if isinstance(t, MapType):
         key_slot, value_slot = f"{slot}.key", f"{slot}.value"
-        key_id = ids.id_for((*path, "key"), owner.nested_id(key_slot) if mapped else None)
-        value_id = ids.id_for((*path, "value"), owner.nested_id(value_slot) if mapped else None)
+        key_id = ids.id_for((*path, "key"), _nested_id(owner, key_slot, None, path, table) if mapped else None)
+        value_id = ids.id_for((*path, "value"), _nested_id(owner, value_slot, t.value_type, path, table) if mapped
+                              else None)
         key_type, key_children = _convert_type(t.key_type, (*path, "key"), owner, key_slot, ids, mapped, table)
         value_type, value_children = _convert_type(
             t.value_type, (*path, "value"), owner, value_slot, ids, mapped, table
@@ -269,6 +307,27 @@ def _convert_type(
             ],
         )
     raise UnsupportedTypeError(f"column {'.'.join(path)} has an unknown type (table {table})")
+
+
+def _nested_id(owner: StructField, slot: str, content: DataType | None, path: tuple[str, ...],
+               table: str) -> int | None:
+    """The Delta nested id of a list element or map key/value slot, if any.
+
+    Under column mapping data files carry parquet field ids, and Iceberg readers resolve columns by id (name
+    mapping does not apply to files with ids). Delta writes ids for list elements and map keys/values only with
+    nested ids (IcebergCompatV2). Without them, a list element or map value that is a primitive carries no id
+    at all and Iceberg Java cannot read it ("... element is not in the store"); elements and values that are
+    structs are found through the ids of their fields, and map keys are read by position.
+    """
+    nested = owner.nested_id(slot)
+    if nested is not None or not isinstance(content, PrimitiveType):
+        return nested
+    raise UnsupportedTypeError(
+        f"column {'.'.join(path)} is a list or map of primitives under column mapping without nested ids "
+        "(delta.columnMapping.nested.ids): its data files have no field ids for the elements or values, which "
+        f"Iceberg readers need (table {table}); enable IcebergCompatV2 or IcebergWriterCompatV1 "
+        "(deltaberg enable) before converting"
+    )
 
 
 def name_mapping_from_json(value: str) -> NameMapping:

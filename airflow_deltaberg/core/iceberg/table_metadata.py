@@ -16,6 +16,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 DELTA_VERSION = "delta-version"
 DELTA_TIMESTAMP = "delta-timestamp"
 DELTA_TABLE_ID = "delta-table-id"
+DELTA_COLUMN_MAPPING_MODE = "delta-column-mapping-mode"
 CONVERTER = "converted-by"
 
 
@@ -66,13 +67,26 @@ def build_metadata(
     properties: dict[str, str],
     snapshot: SnapshotSpec,
     now_ms: int,
+    reset_history: bool = False,
 ) -> TableMetadataV2:
-    """Metadata with ``snapshot`` as the new current snapshot of ``main``."""
-    schemas = list(previous.schemas) if previous else []
-    schema_id = _find_or_add_schema(schemas, schema)
-    specs = list(previous.partition_specs) if previous else []
-    spec_id = _find_or_add_spec(specs, spec)
-    parent = previous.current_snapshot_id if previous else None
+    """Metadata with ``snapshot`` as the new current snapshot of ``main``.
+
+    ``reset_history`` starts the schemas, partition specs and snapshots afresh (the metadata log, the uuid,
+    and the id and sequence counters carry on): for when column ids change meaning, e.g. column mapping enabled
+    on a converted table, where older schemas and specs would contradict the new one (Iceberg Java refuses a
+    spec whose source id now names another column) and older snapshots would read columns by stale ids.
+    """
+    keep = previous if previous is not None and not reset_history else None
+    schema, spec = with_table_ids(schema, spec, previous, reset_history)
+    schemas = list(keep.schemas) if keep else []
+    if schema.schema_id not in {s.schema_id for s in schemas}:
+        schemas.append(schema)
+    schema_id = schema.schema_id
+    specs = list(keep.partition_specs) if keep else []
+    if spec.spec_id not in {s.spec_id for s in specs}:
+        specs.append(spec)
+    spec_id = spec.spec_id
+    parent = keep.current_snapshot_id if keep else None
     sequence_number = (previous.last_sequence_number if previous else 0) + 1
     snapshot_id = snapshot.snapshot_id
     summary = {DELTA_VERSION: str(snapshot.delta_version), DELTA_TIMESTAMP: str(snapshot.delta_timestamp_ms),
@@ -86,9 +100,9 @@ def build_metadata(
         summary=Summary(operation=snapshot.operation, **summary),
         schema_id=schema_id,
     )
-    snapshots = [s for s in (previous.snapshots if previous else []) if s.snapshot_id != snapshot_id]
+    snapshots = [s for s in (keep.snapshots if keep else []) if s.snapshot_id != snapshot_id]
     snapshots.append(new_snapshot)
-    snapshot_log = list(previous.snapshot_log) if previous else []
+    snapshot_log = list(keep.snapshot_log) if keep else []
     snapshot_log.append(SnapshotLogEntry(snapshot_id=snapshot_id, timestamp_ms=snapshot.delta_timestamp_ms))
     metadata_log = list(previous.metadata_log) if previous else []
     if previous is not None and previous_location is not None:
@@ -98,7 +112,8 @@ def build_metadata(
     merged_properties[DELTA_VERSION] = str(snapshot.delta_version)
     merged_properties[DELTA_TIMESTAMP] = str(snapshot.delta_timestamp_ms)
     merged_properties[DELTA_TABLE_ID] = delta_table_id
-    last_partition_id = max([pf.field_id for s in specs for pf in s.fields], default=999)
+    last_partition_id = max([pf.field_id for s in specs for pf in s.fields]
+                            + [previous.last_partition_id or 999 if previous else 999])
     return TableMetadataV2(
         location=location,
         table_uuid=previous.table_uuid if previous else table_uuid_for(delta_table_id),
@@ -121,19 +136,18 @@ def build_metadata(
     )
 
 
-def _find_or_add_schema(schemas: list[Schema], schema: Schema) -> int:
-    for existing in schemas:
-        if existing.as_struct() == schema.as_struct():
-            return existing.schema_id
-    schema_id = max((s.schema_id for s in schemas), default=-1) + 1
-    schemas.append(Schema(*schema.fields, schema_id=schema_id, identifier_field_ids=schema.identifier_field_ids))
-    return schema_id
-
-
-def _find_or_add_spec(specs: list[PartitionSpec], spec: PartitionSpec) -> int:
-    for existing in specs:
-        if existing.fields == spec.fields:
-            return existing.spec_id
-    spec_id = max((s.spec_id for s in specs), default=-1) + 1
-    specs.append(PartitionSpec(*spec.fields, spec_id=spec_id))
-    return spec_id
+def with_table_ids(schema: Schema, spec: PartitionSpec, previous: TableMetadataV2 | None,
+                   reset_history: bool = False) -> tuple[Schema, PartitionSpec]:
+    """``schema`` and ``spec`` with the ids they have (or get) in the table: an equal schema or spec already in
+    the table keeps its id, a new one gets the next. Manifests must name the spec id the metadata gives."""
+    if previous is None:
+        return (Schema(*schema.fields, schema_id=0, identifier_field_ids=schema.identifier_field_ids),
+                PartitionSpec(*spec.fields, spec_id=0))
+    schemas = [] if reset_history else previous.schemas
+    specs = [] if reset_history else previous.partition_specs
+    schema_id = next((s.schema_id for s in schemas if s.as_struct() == schema.as_struct()),
+                     max((s.schema_id for s in previous.schemas), default=-1) + 1)
+    spec_id = next((s.spec_id for s in specs if s.fields == spec.fields),
+                   max((s.spec_id for s in previous.partition_specs), default=-1) + 1)
+    return (Schema(*schema.fields, schema_id=schema_id, identifier_field_ids=schema.identifier_field_ids),
+            PartitionSpec(*spec.fields, spec_id=spec_id))

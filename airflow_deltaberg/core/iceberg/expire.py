@@ -1,0 +1,124 @@
+"""Expiring old Iceberg snapshots of a converted table, and deleting the metadata files only they used.
+
+Only files of the Iceberg metadata folder are ever deleted (manifest lists, manifests, their conversion
+state, position-delete files the conversion wrote); Delta's data files are never touched, whatever a
+manifest says. Files are deleted only when an expired snapshot used them and no retained snapshot does
+(as Iceberg's own ExpireSnapshots does), so a conversion running at the same time loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pyarrow.compute as pc
+from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataV2
+
+from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_entries, read_state, state_key
+from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, publish_metadata
+from airflow_deltaberg.core.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """Snapshots expired by a published metadata file, and the files to delete once every pointer (version hint,
+    catalog) has moved past the metadata that still used them."""
+
+    snapshots_expired: int
+    published: PublishedMetadata | None  # the new metadata, None when nothing expired
+    files_to_delete: tuple[str, ...] = ()
+
+
+def _main_ancestry(metadata: TableMetadataV2) -> list[int]:
+    """Snapshot ids from the current one back through its parents, newest first."""
+    out: list[int] = []
+    snapshot_id = metadata.current_snapshot_id
+    while snapshot_id is not None and (snap := metadata.snapshot_by_id(snapshot_id)) is not None:
+        out.append(snapshot_id)
+        snapshot_id = snap.parent_snapshot_id
+    return out
+
+
+def snapshots_to_expire(metadata: TableMetadataV2, *, older_than_ms: int | None, retain_last: int) -> set[int]:
+    """Snapshots older than ``older_than_ms`` (all but the retained ones when None), keeping the ``retain_last``
+    newest of the current ancestry (at least the current one) and every snapshot a ref points to."""
+    keep = set(_main_ancestry(metadata)[: max(retain_last, 1)])
+    keep.update(ref.snapshot_id for ref in metadata.refs.values())
+    return {s.snapshot_id for s in metadata.snapshots
+            if s.snapshot_id not in keep and (older_than_ms is None or s.timestamp_ms < older_than_ms)}
+
+
+def _own_key(storage: Storage, location: str) -> str | None:
+    """The storage key of a location inside the Iceberg metadata folder, None for anything else."""
+    prefix = storage.uri(METADATA_DIR) + "/"
+    return location[len(storage.root) + 1:] if location.startswith(prefix) else None
+
+
+def _files_of(storage: Storage, manifest_list: str, state: ConversionState) -> set[str]:
+    """Keys of every metadata-folder file a snapshot uses."""
+    list_key = _own_key(storage, manifest_list)
+    keys = {list_key, state_key(list_key)} if list_key else set()
+    for record in state.manifests:
+        manifest_key = _own_key(storage, record.info.manifest_path)
+        if manifest_key:
+            keys.update((manifest_key, record.entries_key))
+        if record.info.content == 1:
+            entries = read_entries(storage, record)
+            live = entries.filter(pc.not_equal(entries.column("status"), 2))
+            keys.update(k for path in live.column("file_path").to_pylist() if (k := _own_key(storage, path)))
+    return keys
+
+
+def _used_files(storage: Storage, metadata: TableMetadataV2, snapshot_ids: Iterable[int]) -> set[str] | None:
+    """Files the snapshots use; None if a snapshot's conversion state is missing (then its files are unknown)."""
+    keys: set[str] = set()
+    for snapshot_id in snapshot_ids:
+        snap = metadata.snapshot_by_id(snapshot_id)
+        state = read_state(storage, snap.manifest_list) if snap else None
+        if snap is None or state is None:
+            return None
+        keys |= _files_of(storage, snap.manifest_list, state)
+    return keys
+
+
+def expire_snapshots(storage: Storage, published: PublishedMetadata, *, older_than_ms: int | None = None,
+                     retain_last: int = 1) -> Expiry:
+    """Publish metadata without the expired snapshots; say which files only they used."""
+    metadata = published.metadata
+    expired = snapshots_to_expire(metadata, older_than_ms=older_than_ms, retain_last=retain_last)
+    if not expired:
+        return Expiry(0, None)
+    retained = [s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in expired]
+    used_by_expired = _used_files(storage, metadata, expired)
+    used_by_retained = _used_files(storage, metadata, retained)
+    entry = MetadataLogEntry(metadata_file=published.location, timestamp_ms=metadata.last_updated_ms)
+    new_metadata = metadata.model_copy(update={
+        "snapshots": [s for s in metadata.snapshots if s.snapshot_id not in expired],
+        "snapshot_log": [e for e in metadata.snapshot_log if e.snapshot_id not in expired],
+        "last_updated_ms": max(int(time.time() * 1000), metadata.last_updated_ms + 1),
+        "metadata_log": [*metadata.metadata_log, entry],
+    })
+    new = publish_metadata(storage, published.version + 1, TableMetadataV2.model_validate(new_metadata.model_dump()))
+    if used_by_expired is None or used_by_retained is None:
+        log.warning("%s: %d snapshots expired, but a snapshot has no conversion state: no file will be deleted",
+                    storage.root, len(expired))
+        return Expiry(len(expired), new)
+    return Expiry(len(expired), new, tuple(sorted(used_by_expired - used_by_retained)))
+
+
+def delete_expired_files(storage: Storage, expiry: Expiry) -> int:
+    """Delete what ``expire_snapshots`` found unused; returns how many files."""
+    for key in expiry.files_to_delete:
+        if not key.startswith(METADATA_DIR + "/"):
+            raise DeltabergError(f"refusing to delete {storage.uri(key)}: outside the Iceberg metadata folder")
+    for key in expiry.files_to_delete:
+        storage.delete(key)
+    if expiry.snapshots_expired:
+        log.info("%s: expired %d snapshots, deleted %d metadata files", storage.root, expiry.snapshots_expired,
+                 len(expiry.files_to_delete))
+    return len(expiry.files_to_delete)
