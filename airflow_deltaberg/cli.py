@@ -1,6 +1,7 @@
 """`deltaberg`: the core operations from a shell.
 
-Exit codes: 0 success, 1 violations found (validate), 2 error (a one-line message on stderr, no traceback).
+Exit codes: 0 success, 1 violations found (validate) or enabling blocked/refused (enable), 2 error (a one-line
+message on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_deltaberg.core.compat import Level, validate
+from airflow_deltaberg.core.compat.enable import MODES, EnableBlockedError, EnablePlan, EnableResult, enable
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
 from airflow_deltaberg.core.errors import DeltabergError
@@ -134,6 +136,50 @@ def _convert(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def render_enable(result: EnableResult) -> str:
+    """`deltaberg enable` as text: the plan, then what was done."""
+    plan: EnablePlan = result.plan
+    lines = [f"table:    {plan.table}", f"version:  {plan.read_version} ({plan.num_files} live files)"]
+    if plan.already_enabled:
+        lines.append("state:    IcebergWriterCompatV1 is already enabled and the table passes the validator")
+    lines += [f"rewrite:  {'needed' if plan.needs_rewrite else 'not needed'}"]
+    lines += [f"  - {r}" for r in plan.reasons]
+    if plan.changes:
+        lines.append("changes:")
+        lines += [f"  - {c}" for c in plan.changes]
+    if plan.blockers:
+        lines.append("blocked by:")
+        lines += [f"  - {b}" for b in plan.blockers]
+    done = {
+        "dry-run": "dry run: nothing was written",
+        "already-enabled": "nothing to do",
+        "metadata-only": f"enabled in version {result.committed_version} (one metadata commit, no data rewritten)",
+        "rewrite": f"enabled in version {result.committed_version} (every live file rewritten)",
+    }[result.action]
+    lines.append(f"result:   {done}")
+    return "\n".join(lines)
+
+
+def _enable(args: argparse.Namespace) -> int:
+    try:
+        result = enable(args.table, storage_options=_options(args), mode=args.mode, dry_run=args.dry_run)
+    except EnableBlockedError as exc:
+        if args.format == "json":
+            print(json.dumps({"action": "refused", "error": str(exc), "plan": exc.plan.to_dict()}, indent=2))
+        else:
+            print(render_enable(EnableResult(exc.plan, "dry-run")).rsplit("\n", 1)[0])
+        print(f"deltaberg enable: refused: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(render_enable(result))
+    plan = result.plan
+    # A dry run reports 1 when the same command without --dry-run would be refused.
+    refused = plan.blockers or (args.mode == "metadata_only" and plan.needs_rewrite)
+    return EXIT_VIOLATIONS if result.action == "dry-run" and refused else EXIT_OK
+
+
 def _options(args: argparse.Namespace) -> dict[str, str]:
     options = {}
     for item in args.storage_option or []:
@@ -181,7 +227,20 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--format", choices=("text", "json"), default="text")
     conv.set_defaults(run=_convert)
 
-    for command in (inspect, check, conv):
+    en = sub.add_parser(
+        "enable",
+        help="enable IcebergWriterCompatV1 on a Delta table: one metadata commit when the data allows it, else a "
+        "rewrite of every live file with a local Spark (exit 0 done, 1 blocked/refused, 2 error)",
+    )
+    en.add_argument("table", help="table location: a path or a URI")
+    en.add_argument("--mode", choices=MODES, default="auto",
+                    help="auto: metadata-only when possible, else rewrite; metadata_only: refuse when the data must "
+                    "be rewritten; rewrite: always rewrite every live file")
+    en.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    en.add_argument("--format", choices=("text", "json"), default="text")
+    en.set_defaults(run=_enable)
+
+    for command in (inspect, check, conv, en):
         command.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                              help="an fsspec storage option (repeatable)")
     return parser

@@ -70,3 +70,7 @@ class CommitConflictError(DeltaError):
     """Another writer committed the version this commit wanted; nothing was written."""
 
     retryable = False
+
+
+class TableDefinitionError(DeltaError):
+    """A table cannot be created as asked (location taken, schema, partitioning or properties not allowed)."""

@@ -1,6 +1,8 @@
 """Airflow operators of the Deltaberg provider."""
 
 from airflow_deltaberg.operators.convert import DeltaToIcebergOperator
+from airflow_deltaberg.operators.enable import DeltaEnableIcebergWriterCompatOperator
 from airflow_deltaberg.operators.validate import ComplianceViolationError, DeltaValidateOperator
 
-__all__ = ["ComplianceViolationError", "DeltaToIcebergOperator", "DeltaValidateOperator"]
+__all__ = ["ComplianceViolationError", "DeltaEnableIcebergWriterCompatOperator", "DeltaToIcebergOperator",
+           "DeltaValidateOperator"]

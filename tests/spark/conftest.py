@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,22 @@ def _missing(patterns: tuple[str, ...]) -> list[str]:
     return [p for p in patterns if not list(JARS_DIR.glob(p))]
 
 
+#: Set on the session built here, so that a second directory sharing it (tests/enable) reuses rather than refuses it.
+TEST_SESSION_MARK = "spark.deltaberg.testSession"
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession with the Delta extension and catalog, and every jar of JARS_DIR on its classpath.
 
     Started once per test run (it takes ~15 s); stopped at the end of the session.
     """
+    yield from spark_session()
+
+
+def spark_session() -> Iterator[Any]:
+    """The body of the ``spark`` fixture; tests/enable/conftest.py builds its own ``spark`` fixture on it, and
+    whichever runs second reuses the session the first built (one JVM, one session per test run)."""
     missing = _missing(REQUIRED_JARS)
     if missing:
         _unavailable(f"Spark jars {missing} are not in {JARS_DIR}; run scripts/fetch_jars.sh")
@@ -56,9 +67,15 @@ def spark() -> Iterator[Any]:
         _unavailable("no Java runtime (java not on PATH, JAVA_HOME unset): Spark cannot start")
     from pyspark.sql import SparkSession
 
-    if SparkSession.getActiveSession() is not None:
+    active = SparkSession.getActiveSession()
+    if active is not None and active.conf.get(TEST_SESSION_MARK, "false") == "true":
+        yield active  # built by the other fixture on this function, which also stops it
+        return
+    if active is not None:
         pytest.fail("a SparkSession is already active in this process: its classpath lacks the Delta jars",
                     pytrace=False)
+    # Python workers (UDFs, mapInArrow) run `python3` from PATH unless told: use this interpreter and its packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     warehouse = REPO_ROOT / ".cache" / "spark-warehouse"
     session = (
@@ -80,6 +97,7 @@ def spark() -> Iterator[Any]:
         # a half on a 2-core machine (C2 compilations and parallel GC threads compete with the queries).
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.log.level", "ERROR")
+        .config(TEST_SESSION_MARK, "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -1,0 +1,436 @@
+"""Enabling IcebergWriterCompatV1 on an existing table: the plan (what changes, whether the data must be
+rewritten and why, what blocks it), the metadata-only commit, and the entry point that picks the path.
+
+The data rewrite itself is a Spark application (airflow_deltaberg.spark.enable_rewrite); it commits the plan's
+protocol and metadata with the rewritten files through the same conflict-checked commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_deltaberg.core.compat.data_rules import (
+    num_records,
+    parquet_field_ids,
+    partition_values_materialized,
+    timestamps_int64,
+)
+from airflow_deltaberg.core.compat.enable_schema import nested_slots, writer_compat_schema
+from airflow_deltaberg.core.compat.feature_rules import ALLOWED_FEATURES, ALLOWED_IF_INACTIVE, IDENTITY_KEYS
+from airflow_deltaberg.core.compat.model import CheckContext, Finding, Level
+from airflow_deltaberg.core.compat.schema_rules import COLLATIONS_KEY, MAX_COLUMN_ID, V2_PRIMITIVES
+from airflow_deltaberg.core.compat.validate import validate_snapshot
+from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
+from airflow_deltaberg.core.delta.schema import PrimitiveType
+from airflow_deltaberg.core.delta.snapshot import Snapshot
+from airflow_deltaberg.core.delta.table import DeltaTable
+from airflow_deltaberg.core.errors import DeltaError
+from airflow_deltaberg.core.storage import Storage, open_storage
+
+log = logging.getLogger(__name__)
+
+OPERATION = "ENABLE ICEBERG WRITER COMPAT"
+MODES = ("auto", "metadata_only", "rewrite")
+
+# Reason codes: every reason string starts with one of them, then ": " and the details.
+NO_COLUMN_MAPPING = "no-column-mapping"
+NAME_MODE = "name-mode"
+PHYSICAL_NAMES = "physical-names"
+WIDEN_TYPES = "byte-short"
+DELETION_VECTORS = "deletion-vectors"
+PARTITION_VALUES = "partition-values-not-materialized"
+NUM_RECORDS = "missing-num-records"
+NESTED_IDS = "nested-ids"
+FIELD_IDS = "parquet-field-ids"
+INT96 = "int96-timestamps"
+
+# Features dropped from the protocol (not in the IcebergWriterCompatV1 allowlist, and made inactive here).
+DROPPABLE = {
+    # Reader-writer feature. Versions before the enable keep their own protocol, so time travel to them still
+    # applies their deletion vectors; no live file of the new version has one (the rewrite applies them).
+    "deletionVectors": "delta.enableDeletionVectors",
+    # Writer-only; IcebergCompatV2 (enabled here) supersedes it and the two must not be active together.
+    "icebergCompatV1": "delta.enableIcebergCompatV1",
+}
+ENABLE_PROPERTIES = {
+    "delta.columnMapping.mode": "id",
+    "delta.enableIcebergCompatV2": "true",
+    "delta.enableIcebergWriterCompatV1": "true",
+}
+
+
+@dataclass(frozen=True)
+class EnablePlan:
+    """What enabling IcebergWriterCompatV1 on a table at ``read_version`` takes.
+
+    ``protocol`` and ``metadata`` are the bodies of the `protocol` and `metaData` actions to commit.
+    ``reasons`` say why the data files must be rewritten (each starts with a reason code), ``blockers``
+    what prevents enabling at all (the user must act first), ``changes`` the metadata-level changes.
+    """
+
+    table: str
+    read_version: int
+    protocol: dict[str, Any]
+    metadata: dict[str, Any]
+    needs_rewrite: bool
+    reasons: tuple[str, ...]
+    blockers: tuple[str, ...]
+    changes: tuple[str, ...] = ()
+    already_enabled: bool = False
+    num_files: int = 0
+
+    @property
+    def reason_codes(self) -> tuple[str, ...]:
+        return tuple(r.split(":", 1)[0] for r in self.reasons)
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blockers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "already_enabled": self.already_enabled,
+            "needs_rewrite": self.needs_rewrite,
+            "reasons": list(self.reasons),
+            "blockers": list(self.blockers),
+            "changes": list(self.changes),
+            "num_files": self.num_files,
+            "protocol": self.protocol,
+            "metadata": self.metadata,
+        }
+
+
+def _reason(code: str, detail: str) -> str:
+    return f"{code}: {detail}"
+
+
+def _listed(paths: list[str], limit: int = 5) -> str:
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(paths[:limit]) + more
+
+
+# -- blockers -----------------------------------------------------------------------------------------------
+
+
+def _blockers(snapshot: Snapshot) -> list[str]:
+    """Active features IcebergWriterCompatV1 forbids that this project will not turn off for the user."""
+    md = snapshot.metadata
+    out = []
+    if md.bool_property("delta.enableChangeDataFeed"):
+        out.append("change data feed is active (delta.enableChangeDataFeed=true): set it to false first "
+                   "(consumers of the change feed lose it)")
+    for key in sorted(md.configuration):
+        if key.startswith("delta.constraints."):
+            out.append(f"CHECK constraint {key[len('delta.constraints.'):]} is defined: "
+                       "ALTER TABLE ... DROP CONSTRAINT first")
+    for path, f in snapshot.schema.walk():
+        where = ".".join(path)
+        if "delta.invariants" in f.metadata:
+            out.append(f"column {where} has an invariant (delta.invariants): drop it first")
+        if any(k in f.metadata for k in IDENTITY_KEYS):
+            out.append(f"column {where} is an identity column: recreate it without IDENTITY")
+        if "delta.generationExpression" in f.metadata:
+            out.append(f"column {where} is a generated column: recreate it without GENERATED ALWAYS AS")
+        if COLLATIONS_KEY in f.metadata:
+            out.append(f"column {where} is collated: collations are not allowed")
+        for suffix, t in [("", f.type), *nested_slots(f.type)]:
+            if isinstance(t, PrimitiveType) and not t.is_decimal and t.name not in V2_PRIMITIVES:
+                out.append(f"column {where}{suffix} has type {t.name}, which IcebergCompatV2 does not allow")
+    features = snapshot.protocol.effective_reader_features | snapshot.protocol.effective_writer_features
+    for name in sorted(features - ALLOWED_FEATURES - ALLOWED_IF_INACTIVE - DROPPABLE.keys()):
+        out.append(f"table feature {name} is not allowed by IcebergWriterCompatV1 and cannot be removed "
+                   "in place: recreate the table without it")
+    unknown = [c for c in md.partition_columns if c not in snapshot.schema.names]
+    if unknown:
+        out.append(f"partition column(s) {', '.join(unknown)} are not in the schema")
+    return out
+
+
+# -- target protocol and metadata ---------------------------------------------------------------------------
+
+
+def _target_protocol(snapshot: Snapshot) -> dict[str, Any]:
+    p = snapshot.protocol
+    reader = set(p.effective_reader_features) - DROPPABLE.keys()
+    # Upgrading a legacy protocol lists every feature its versions imply: the protocol says to assume a
+    # feature was used unless proven otherwise (the legacy ones are allowed while inactive).
+    writer = set(p.effective_writer_features) - DROPPABLE.keys()
+    reader.add("columnMapping")
+    writer |= reader | {"columnMapping", "icebergCompatV2", "icebergWriterCompatV1"}
+    return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": sorted(reader),
+            "writerFeatures": sorted(writer)}
+
+
+def _target_metadata(snapshot: Snapshot) -> tuple[dict[str, Any], list[str], Any]:
+    md = snapshot.metadata
+    mode = md.column_mapping_mode
+    try:
+        declared = int(md.configuration.get(MAX_COLUMN_ID, "0"))
+    except ValueError:
+        declared = 0
+    schema, max_id, schema_changes = writer_compat_schema(md.schema, keep_ids=mode in ("name", "id"),
+                                                          max_column_id=declared)
+    config = dict(md.configuration)
+    changes = []
+    for key, value in ENABLE_PROPERTIES.items():
+        if config.get(key) != value:
+            changes.append(f"set {key}={value}")
+        config[key] = value
+    if config.get(MAX_COLUMN_ID) != str(max_id):
+        changes.append(f"set {MAX_COLUMN_ID}={max_id}")
+    config[MAX_COLUMN_ID] = str(max_id)
+    features = snapshot.protocol.effective_reader_features | snapshot.protocol.effective_writer_features
+    for feature, prop in DROPPABLE.items():
+        if feature in features or md.bool_property(prop):
+            changes.append(f"drop table feature {feature} from the protocol and set {prop}=false")
+            config[prop] = "false"
+    action = md.to_action()
+    action["schemaString"] = schema.to_json_string()
+    action["configuration"] = config
+    if schema_changes.ids_assigned:
+        changes.append(f"assign column ids and col-<id> physical names to {_listed(schema_changes.ids_assigned)}")
+    if schema_changes.renamed:
+        changes.append(f"physical names become col-<id> for {_listed(schema_changes.renamed)}")
+    if schema_changes.widened:
+        changes.append(f"widen byte/short to integer: {_listed(schema_changes.widened)}")
+    if schema_changes.nested_ids_assigned:
+        changes.append(f"assign nested ids to {_listed(schema_changes.nested_ids_assigned)}")
+    return action, changes, schema_changes
+
+
+def _protocol_changes(snapshot: Snapshot, target: dict[str, Any]) -> list[str]:
+    p = snapshot.protocol
+    out = []
+    if (p.min_reader_version, p.min_writer_version) != (3, 7):
+        out.append(f"upgrade the protocol from {p.min_reader_version}/{p.min_writer_version} to 3/7")
+    added = sorted(set(target["writerFeatures"]) - (p.effective_writer_features | p.effective_reader_features))
+    if added:
+        out.append(f"add table feature(s) {', '.join(added)}")
+    return out
+
+
+# -- reasons to rewrite the data -----------------------------------------------------------------------------
+
+
+def _schema_reasons(snapshot: Snapshot, schema_changes: Any) -> list[str]:
+    mode = snapshot.column_mapping_mode
+    out = []
+    if mode not in ("name", "id"):
+        out.append(_reason(NO_COLUMN_MAPPING, f"column mapping mode is {mode!r}: the data files have no parquet "
+                           "field ids and use the logical column names"))
+    elif mode == "name":
+        out.append(_reason(NAME_MODE, "column mapping is in name mode: the data files must be rewritten with "
+                           "parquet field ids and col-<id> column names"))
+    elif schema_changes.renamed or schema_changes.ids_assigned:
+        out.append(_reason(PHYSICAL_NAMES, "physical names are not col-<id> for "
+                           f"{_listed(schema_changes.renamed + schema_changes.ids_assigned)}; stats and partition "
+                           "values in the log are keyed by them, so every file is rewritten"))
+    if schema_changes.widened:
+        out.append(_reason(WIDEN_TYPES, f"byte/short column(s) {_listed(schema_changes.widened)} are widened to "
+                           "integer in the data files"))
+    if mode == "id" and schema_changes.nested_ids_assigned:
+        out.append(_reason(NESTED_IDS, f"nested id(s) for {_listed(schema_changes.nested_ids_assigned)} are new: "
+                           "the data files must carry them as parquet field ids"))
+    return out
+
+
+def _file_reasons(snapshot: Snapshot, storage: Storage | None) -> list[str]:
+    """Reasons read from the log alone (no data file opened)."""
+    out = []
+    dv = snapshot.state.adds.column("deletionVector")
+    with_dv = len(dv) - dv.null_count
+    if with_dv:
+        out.append(_reason(DELETION_VECTORS, f"{with_dv} live file(s) carry deletion vectors; the rewrite "
+                           "applies them"))
+    findings = list(num_records(_context(snapshot, storage)))
+    if findings:
+        out.append(_reason(NUM_RECORDS, findings[0].message))
+    return out
+
+
+#: Footers read to explain a rewrite that is needed anyway (all files are read when the decision depends on them).
+FOOTER_SAMPLE = 20
+
+
+def _context(snapshot: Snapshot, storage: Storage | None, sample: int | None = None) -> CheckContext:
+    # ``sample`` None: every live file, since a single file that breaks a rule breaks Iceberg readers.
+    return CheckContext(snapshot, storage if storage is not None else open_storage(snapshot.table),
+                        sample_size=max(snapshot.num_files, 1) if sample is None else sample)
+
+
+def _footer_reasons(snapshot: Snapshot, storage: Storage | None, sample: int | None) -> list[str]:
+    """Reasons read from parquet footers: of every live file (``sample`` None) or of an even sample."""
+    ctx = _context(snapshot, storage, sample)
+    scope = "" if sample is None or sample >= snapshot.num_files else f" (in a sample of {sample} files)"
+    out = []
+    for code, rule in ((PARTITION_VALUES, partition_values_materialized), (INT96, timestamps_int64),
+                       (FIELD_IDS, parquet_field_ids)):
+        findings: list[Finding] = list(rule(ctx))
+        if findings:
+            first = findings[0]
+            more = f"; {len(findings)} file(s) in all" if len(findings) > 1 else ""
+            out.append(_reason(code, f"{first.message} in {first.location.path}{more}{scope}"))
+    return out
+
+
+def plan_enable(snapshot: Snapshot, *, storage: Storage | None = None, footer_checks: bool = True) -> EnablePlan:
+    """What enabling IcebergWriterCompatV1 on ``snapshot`` takes.
+
+    Reasons come from the schema and the log first. When those alone would allow a metadata-only enable, the
+    parquet footers of every live file decide (partition values materialized, int64 timestamps, field ids);
+    when a rewrite is needed anyway, a sample of footers adds what else the rewrite fixes. ``footer_checks``
+    False reads no footer. ``storage`` is the table's storage (opened from the snapshot's location without
+    options when None).
+    """
+    protocol = _target_protocol(snapshot)
+    metadata, meta_changes, schema_changes = _target_metadata(snapshot)
+    blockers = tuple(_blockers(snapshot))
+    reasons: list[str] = []
+    if snapshot.num_files:
+        reasons = _schema_reasons(snapshot, schema_changes) + _file_reasons(snapshot, storage)
+        if footer_checks:
+            reasons += _footer_reasons(snapshot, storage, FOOTER_SAMPLE if reasons else None)
+    already = not blockers and not reasons and _compliant(snapshot, storage)
+    changes = () if already else tuple(_protocol_changes(snapshot, protocol) + meta_changes)
+    return EnablePlan(
+        table=snapshot.table,
+        read_version=snapshot.version,
+        protocol=protocol,
+        metadata=metadata,
+        needs_rewrite=bool(reasons),
+        reasons=tuple(reasons),
+        blockers=blockers,
+        changes=changes,
+        already_enabled=already,
+        num_files=snapshot.num_files,
+    )
+
+
+def _compliant(snapshot: Snapshot, storage: Storage | None) -> bool:
+    """Whether the table already passes the validator at writer-compat-v1 (then nothing is committed)."""
+    if not snapshot.metadata.bool_property("delta.enableIcebergWriterCompatV1"):
+        return False
+    table = DeltaTable(snapshot.table, storage=storage) if storage is not None else DeltaTable(snapshot.table)
+    return validate_snapshot(snapshot, table, Level.WRITER_COMPAT_V1).compliant
+
+
+# -- enable ---------------------------------------------------------------------------------------------------
+
+
+class EnableBlockedError(DeltaError):
+    """Enabling is refused: the table uses features that cannot be made compliant, or the chosen mode
+    cannot do what the plan needs. Nothing was written."""
+
+    def __init__(self, message: str, plan: EnablePlan):
+        super().__init__(message, table=plan.table, version=plan.read_version)
+        self.plan = plan
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_blocked, (str(self), self.plan))
+
+
+def _rebuild_blocked(message: str, plan: EnablePlan) -> EnableBlockedError:
+    err = EnableBlockedError.__new__(EnableBlockedError)
+    Exception.__init__(err, message)
+    err.table, err.version, err.file, err.plan = plan.table, plan.read_version, None, plan
+    return err
+
+
+@dataclass(frozen=True)
+class EnableResult:
+    """The outcome of ``enable``: ``action`` is dry-run, already-enabled, metadata-only or rewrite."""
+
+    plan: EnablePlan
+    action: str
+    committed_version: int | None = None
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "committed_version": self.committed_version,
+                "seconds": round(self.seconds, 3), "details": self.details, "plan": self.plan.to_dict()}
+
+
+#: Runs the data rewrite: (location, read_version, storage_options) -> the committed version and details.
+RewriteRunner = Callable[[str, int, Mapping[str, Any] | None], tuple[int, dict[str, Any]]]
+
+
+def commit_metadata_only(table: DeltaTable, plan: EnablePlan, read_configuration: Mapping[str, str] | None = None
+                         ) -> int:
+    """One commit with the plan's protocol and metadata; no data file is touched. Returns the version."""
+    if plan.needs_rewrite:
+        raise EnableBlockedError("the data files must be rewritten, a metadata-only commit would leave them "
+                                 f"incompatible: {'; '.join(plan.reasons)}", plan)
+    return commit_with_conflict_check(
+        table, [{"protocol": plan.protocol}, {"metaData": plan.metadata}],
+        read_version=plan.read_version, operation=OPERATION,
+        parameters={"mode": "metadata_only", "changes": list(plan.changes)},
+        read_configuration=read_configuration,
+    )
+
+
+def enable(
+    location: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    mode: str = "auto",
+    dry_run: bool = False,
+    rewrite_runner: RewriteRunner | None = None,
+    on_plan: Callable[[EnablePlan], None] | None = None,
+) -> EnableResult:
+    """Enable IcebergWriterCompatV1 on the table at ``location``.
+
+    ``mode``: ``auto`` (metadata-only when the plan allows it, else the data rewrite), ``metadata_only``
+    (refused when the data must be rewritten), ``rewrite`` (always rewrite every live file). ``dry_run``
+    plans and writes nothing. The rewrite runs ``rewrite_runner`` (default: the Spark application with a
+    local SparkSession). ``on_plan`` is called with the plan before anything is written. Raises
+    EnableBlockedError when refused, CommitConflictError when another writer changed the table in a
+    conflicting way meanwhile.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    started = time.monotonic()
+    table = DeltaTable(location, storage_options)
+    snapshot = table.snapshot()
+    plan = plan_enable(snapshot, storage=table.storage)
+    if on_plan is not None:
+        on_plan(plan)
+    if dry_run:
+        return EnableResult(plan, "dry-run", seconds=time.monotonic() - started)
+    if plan.blockers:
+        raise EnableBlockedError(f"IcebergWriterCompatV1 cannot be enabled: {'; '.join(plan.blockers)}", plan)
+    if plan.already_enabled and mode != "rewrite":
+        log.info("%s at version %s is already IcebergWriterCompatV1-compliant: nothing to do",
+                 plan.table, plan.read_version)
+        return EnableResult(plan, "already-enabled", seconds=time.monotonic() - started)
+    if mode == "metadata_only" or (mode == "auto" and not plan.needs_rewrite):
+        version = commit_metadata_only(table, plan, snapshot.metadata.configuration)
+        log.info("Enabled IcebergWriterCompatV1 on %s in version %s (metadata only)", plan.table, version)
+        return EnableResult(plan, "metadata-only", version, time.monotonic() - started)
+    if rewrite_runner is None:
+        from airflow_deltaberg.core.compat.enable_local import run_rewrite_locally
+
+        rewrite_runner = run_rewrite_locally
+    version, details = rewrite_runner(location, plan.read_version, storage_options)
+    log.info("Enabled IcebergWriterCompatV1 on %s in version %s (data rewritten)", plan.table, version)
+    return EnableResult(plan, "rewrite", version, time.monotonic() - started, details)
+
+
+def find_enable_commit(location: str, read_version: int, storage_options: Mapping[str, Any] | None = None
+                       ) -> int | None:
+    """The version of the enable commit made from ``read_version`` (its commitInfo names the operation and the
+    read version), or None: how a caller learns the outcome of a rewrite whose result it could not read."""
+    table = DeltaTable(location, storage_options)
+    latest = table.latest_version()
+    if latest <= read_version:
+        return None
+    for version, info in sorted(table.commits(read_version + 1, latest).commit_infos().items()):
+        if info.get("operation") == OPERATION and info.get("readVersion") == read_version:
+            return version
+    return None

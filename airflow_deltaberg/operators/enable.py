@@ -1,0 +1,183 @@
+"""DeltaEnableIcebergWriterCompatOperator: enables IcebergWriterCompatV1 with the core planner; the data rewrite
+is submitted as a Spark application through the Spark provider's SparkSubmitHook."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook, BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.log import mask_secret
+
+from airflow_deltaberg.core.compat.enable import MODES, EnableBlockedError, EnablePlan, enable, find_enable_commit
+from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError
+from airflow_deltaberg.hooks.storage import DeltaStorageHook
+
+PLAN_XCOM_KEY = "enable_plan"
+REWRITE_MODULE = "airflow_deltaberg.spark.enable_rewrite"
+
+
+def rewrite_application() -> str:
+    """The path of the rewrite application file in the installed package."""
+    spec = importlib.util.find_spec(REWRITE_MODULE)
+    if spec is None or spec.origin is None:
+        raise DeltabergError(f"{REWRITE_MODULE} is not installed: the data rewrite cannot be submitted")
+    return spec.origin
+
+
+def _parse_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"{name} must be a boolean, not {value!r}")
+
+
+class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
+    """Enable IcebergWriterCompatV1 on a Delta table.
+
+    The plan (``EnablePlan.to_dict()``: what changes, whether and why the data must be rewritten, blockers) is
+    pushed to XCom under ``enable_plan`` before anything is written; the result (``EnableResult.to_dict()``:
+    action ``dry-run``, ``already-enabled``, ``metadata-only`` or ``rewrite``, committed version, plan) is the
+    ``return_value``. ``mode``: ``auto`` (one metadata commit when no data rewrite is needed, else the
+    rewrite), ``metadata_only`` (fails when the data must be rewritten), ``rewrite`` (always). ``dry_run``
+    only plans.
+
+    The rewrite is the PySpark application ``airflow_deltaberg/spark/enable_rewrite.py`` of the installed
+    package, submitted with SparkSubmitHook (``spark_conn_id``, ``spark_conf``, ``spark_jars``,
+    ``spark_packages`` and any other hook argument in ``spark_submit_kwargs``). It commits once, refusing when
+    the table moved on meanwhile.
+
+    **Failures.** A blocked or refused enable fails the task without retries; a concurrent commit (conflict)
+    or a storage error fails it with retries (running again re-plans on the new version).
+
+    :param table_uri: the Delta table location (local path or fsspec URI). Templated.
+    :param mode: ``auto``, ``metadata_only`` or ``rewrite``. Templated.
+    :param dry_run: plan only, write nothing. Templated (``"True"``/``"False"`` render to booleans).
+    :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook); None for none.
+    :param spark_conn_id: the Spark connection of the rewrite. Templated.
+    :param spark_conf: Spark configuration of the rewrite. Templated.
+    :param spark_jars: comma-separated jars (e.g. delta-spark and delta-storage). Templated.
+    :param spark_packages: comma-separated Maven coordinates. Templated.
+    :param spark_submit_kwargs: further SparkSubmitHook arguments (executor_memory, env_vars, ...).
+    """
+
+    template_fields: Sequence[str] = ("table_uri", "mode", "dry_run", "spark_conn_id", "spark_conf", "spark_jars",
+                                      "spark_packages")
+    template_fields_renderers = {"spark_conf": "json"}
+    ui_color = "#fde8c8"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        mode: str = "auto",
+        dry_run: bool | str = False,
+        deltaberg_conn_id: str | None = None,
+        spark_conn_id: str = "spark_default",
+        spark_conf: Mapping[str, Any] | None = None,
+        spark_jars: str | None = None,
+        spark_packages: str | None = None,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.mode = mode
+        self.dry_run = dry_run
+        self.deltaberg_conn_id = deltaberg_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf) if spark_conf else None
+        self.spark_jars = spark_jars
+        self.spark_packages = spark_packages
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._hook: SparkSubmitHook | None = None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            if self.mode not in MODES:
+                raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+            dry_run = _parse_bool(self.dry_run, "dry_run")
+        except ValueError as exc:
+            raise AirflowFailException(f"DeltaEnableIcebergWriterCompatOperator({self.table_uri}): {exc}") from exc
+        storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
+
+        def publish(plan: EnablePlan) -> None:
+            context["ti"].xcom_push(key=PLAN_XCOM_KEY, value=plan.to_dict())
+            self.log.info("Plan for %s at version %s: rewrite %s%s%s", plan.table, plan.read_version,
+                          "needed" if plan.needs_rewrite else "not needed",
+                          "".join(f"\n  reason: {r}" for r in plan.reasons),
+                          "".join(f"\n  blocked by: {b}" for b in plan.blockers))
+
+        try:
+            result = enable(self.table_uri, storage_options=storage_options, mode=self.mode, dry_run=dry_run,
+                            rewrite_runner=self._submit_rewrite, on_plan=publish)
+        except EnableBlockedError as exc:
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+        except DeltabergError as exc:
+            if exc.retryable or isinstance(exc, CommitConflictError):
+                raise  # running again re-plans on the table as the other writer left it
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+        self.log.info("Enable of %s: %s%s", self.table_uri, result.action,
+                      f" (version {result.committed_version})" if result.committed_version is not None else "")
+        return result.to_dict()
+
+    # -- the rewrite through SparkSubmit ------------------------------------------------------------------
+
+    def _env_vars(self) -> dict[str, str] | None:
+        env = self.spark_submit_kwargs.get("env_vars")
+        if env is not None:
+            return dict(env)
+        # A local master runs the driver and the Python workers here: they need this interpreter (and its
+        # packages, airflow_deltaberg included), not whatever `python3` is on PATH.
+        master = (BaseHook.get_connection(self.spark_conn_id).host or "") if self.spark_conn_id else ""
+        if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+            return {"PYSPARK_PYTHON": sys.executable}
+        return None
+
+    def _submit_rewrite(self, location: str, read_version: int, storage_options: Mapping[str, Any] | None
+                        ) -> tuple[int, dict[str, Any]]:
+        from airflow_deltaberg.core.compat.rewrite_files import result_from_document
+
+        with tempfile.TemporaryDirectory(prefix="deltaberg-enable-") as tmp:
+            result_file = os.path.join(tmp, "result.json")
+            args = ["--table", location, "--read-version", str(read_version), "--result-file", result_file]
+            if storage_options:
+                for value in storage_options.values():
+                    mask_secret(value)  # the command line is logged by the hook
+                args += ["--storage-options-json", json.dumps(dict(storage_options))]
+            kwargs = {k: v for k, v in self.spark_submit_kwargs.items() if k != "env_vars"}
+            self._hook = SparkSubmitHook(
+                conn_id=self.spark_conn_id, conf=self.spark_conf, jars=self.spark_jars, packages=self.spark_packages,
+                name=kwargs.pop("name", f"deltaberg-enable-{self.task_id}"), application_args=args,
+                env_vars=self._env_vars(), **kwargs,
+            )
+            self.log.info("Submitting the rewrite of %s (read version %s)", location, read_version)
+            try:
+                self._hook.submit(rewrite_application())
+            except AirflowException:
+                if os.path.exists(result_file):  # the job described its failure: raise that, typed
+                    with open(result_file) as f:
+                        result_from_document(json.load(f))
+                raise
+            if os.path.exists(result_file):
+                with open(result_file) as f:
+                    result = result_from_document(json.load(f))  # raises the job's typed error
+                return int(result.version), result.to_dict()
+        # Cluster deploy mode: the driver wrote its result elsewhere. The log says whether the job committed.
+        version = find_enable_commit(location, read_version, storage_options)
+        if version is None:
+            raise DeltabergError(f"the rewrite job finished but no enable commit after version {read_version} is in "
+                                 f"the log (table {location})")
+        return version, {}
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
