@@ -17,7 +17,6 @@ from airflow_deltaberg.core.compat.enable import MODES, EnableBlockedError, Enab
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
 from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.core.iceberg.convert import convert
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -116,6 +115,8 @@ def _convert(args: argparse.Namespace) -> int:
         catalog[key] = value
     if args.catalog_uri:
         catalog["uri"] = args.catalog_uri
+    from airflow_deltaberg.core.iceberg.convert import convert  # pyiceberg: only the convert command pays for it
+
     result = convert(
         args.table,
         storage_options=_options(args),
@@ -123,6 +124,9 @@ def _convert(args: argparse.Namespace) -> int:
         identifier=args.identifier,
         version=args.version,
         full=args.full,
+        retain_snapshots=args.retain_snapshots,
+        max_snapshot_age_ms=None if args.max_snapshot_age_hours is None
+        else int(args.max_snapshot_age_hours * 3600 * 1000),
     )
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
@@ -131,6 +135,8 @@ def _convert(args: argparse.Namespace) -> int:
               f"({result.snapshots_written} snapshot(s) written)")
         print(f"metadata: {result.metadata_location}")
         print(f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s")
+        if result.snapshots_expired:
+            print(f"snapshots expired: {result.snapshots_expired}")
         if result.identifier:
             print(f"registered as {result.identifier}")
     return EXIT_OK
@@ -224,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="SQL catalog URI, e.g. sqlite:///catalog.db (default type sql)")
     conv.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
                       help="a pyiceberg catalog property (repeatable), e.g. type=rest")
+    conv.add_argument("--retain-snapshots", type=int, default=None, metavar="N",
+                      help="expire Iceberg snapshots beyond the newest N (only Iceberg metadata files are deleted)")
+    conv.add_argument("--max-snapshot-age-hours", type=float, default=None, metavar="H",
+                      help="expire Iceberg snapshots older than H hours (the newest is always kept)")
     conv.add_argument("--format", choices=("text", "json"), default="text")
     conv.set_defaults(run=_convert)
 

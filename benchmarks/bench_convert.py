@@ -18,7 +18,7 @@ The 300k-add-action fixture has neither stats nor data files: its record counts 
 is not convertible. The script runs ``convert`` on a linked copy once and prints the error it raises.
 
 Tables are converted in linked copies (hard links to the generated log, in a work directory under
-``--data-dir``): the conversion writes a metadata/ folder into the table, never into the generated log.
+``--data-dir``): the conversion writes an _iceberg/ folder into the table, never into the generated log.
 The script always exits 0: it measures, it does not test.
 
     python benchmarks/bench_convert.py [--runs 3] [--profile auto|all|none] [--json out.json]
@@ -250,7 +250,7 @@ def _fixture_child(path: str) -> dict:
         without_num_records=counts.null_count,
         without_stats=int(pc.sum(pc.is_null(files.column("stats"))).as_py() or 0),
         data_files_found_of_1000=sum(os.path.exists(os.path.join(path, p)) for p in sample),
-        metadata_written=os.path.isdir(os.path.join(path, "metadata")),
+        metadata_written=os.path.isdir(os.path.join(path, "_iceberg")),
     )
     return figures
 
@@ -350,7 +350,7 @@ class IncrementalSetup:
     def __init__(self, table: Path, removed):  # noqa: ANN001 - a pyarrow table or None
         from gen_delta_log import append_commit
 
-        self.metadata = table / "metadata"
+        self.metadata = table / "_iceberg" / "metadata"
         self.before = set(os.listdir(self.metadata))
         self.hint = (self.metadata / "version-hint.text").read_bytes()
         version = append_commit(table, COMMIT_FILES, removed)
@@ -392,7 +392,7 @@ def measure(case: Case, work: Path, args: argparse.Namespace, removed: dict, pro
         setup = None
         try:
             if case.kind == "full":
-                shutil.rmtree(table / "metadata", ignore_errors=True)
+                shutil.rmtree(table / "_iceberg", ignore_errors=True)
             else:
                 setup = IncrementalSetup(table, removed[case.table] if case.kind == "remove+add" else None)
             figures = run_child("full" if case.kind == "full" else "incremental", table, args, profile_out)
@@ -598,7 +598,7 @@ def _bench(args: argparse.Namespace) -> int:
               "is no file to read.")
         if "error_type" in fixture:
             print(f"  convert raised {fixture['error_type']} after {fixture['seconds']:.1f} s "
-                  f"(metadata/ written: {fixture['metadata_written']}): {fixture['error']}")
+                  f"(_iceberg/ written: {fixture['metadata_written']}): {fixture['error']}")
         else:
             print(f"  convert unexpectedly succeeded: {fixture['result']}")
     elif fixture_error:

@@ -66,3 +66,34 @@ def test_inspect_errors_exit_2_with_one_line(table: Path, tmp_path: Path, args: 
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert str(filled[1]) in result.stderr
+
+
+def test_convert_json_registers_then_converts_incrementally_and_expires(table: Path, tmp_path: Path) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = f"sqlite:///{tmp_path}/catalog.db"
+    first = run("convert", str(table), "--identifier", "db.events", "--catalog-uri", uri, "--format", "json")
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)
+    assert summary["mode"] == "full" and summary["delta_version"] == 1
+    assert summary["metadata_location"] == str(table / "_iceberg" / "metadata" / "v1.metadata.json")
+
+    write_deltalake(str(table), pa.table({"kind": ["c"], "value": pa.array([6], pa.int64())}), mode="append",
+                    partition_by=["kind"])
+    second = run("convert", str(table), "--identifier", "db.events", "--catalog-uri", uri, "--format", "json",
+                 "--retain-snapshots", "1")
+    assert second.returncode == 0, second.stderr
+    summary = json.loads(second.stdout)
+    assert (summary["mode"], summary["delta_version"], summary["snapshots_expired"]) == ("incremental", 2, 1)
+    catalog = SqlCatalog("deltaberg", uri=uri, warehouse=f"file://{tmp_path}")
+    iceberg = catalog.load_table("db.events")
+    assert iceberg.metadata_location == summary["metadata_location"]
+    assert len(iceberg.metadata.snapshots) == 1
+    assert sorted(iceberg.scan().to_arrow().column("value").to_pylist()) == \
+        sorted(PeerTable(str(table)).to_pyarrow_table().column("value").to_pylist())
+
+
+def test_convert_of_a_path_that_is_not_a_table_exits_2(tmp_path: Path) -> None:
+    result = run("convert", str(tmp_path / "nothing"), "--format", "json")
+    assert result.returncode == 2
+    assert "NotADeltaTableError" in result.stderr and str(tmp_path / "nothing") in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -85,6 +86,9 @@ class DeltaToIcebergOperator(BaseOperator):
     :param catalog_name: the pyiceberg catalog name (SQL catalogs key their rows by it).
     :param version: the Delta version to convert; None for the latest. Templated.
     :param full: write a full snapshot even when the table is up to date or could be converted incrementally.
+    :param retain_snapshots: expire Iceberg snapshots beyond the newest N (None: no expiry by count).
+    :param max_snapshot_age: expire Iceberg snapshots older than this (None: no expiry by age). Only Iceberg
+        metadata files are deleted, never data files.
     :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook); None for none.
     """
 
@@ -102,6 +106,8 @@ class DeltaToIcebergOperator(BaseOperator):
         catalog_name: str = "deltaberg",
         version: int | str | None = None,
         full: bool = False,
+        retain_snapshots: int | None = None,
+        max_snapshot_age: timedelta | None = None,
         deltaberg_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -113,6 +119,8 @@ class DeltaToIcebergOperator(BaseOperator):
         self.catalog_name = catalog_name
         self.version = version
         self.full = full
+        self.retain_snapshots = retain_snapshots
+        self.max_snapshot_age = max_snapshot_age
         self.deltaberg_conn_id = deltaberg_conn_id
         self.table_asset: Asset | None = None
         self.asset_alias: AssetAlias | None = None
@@ -164,6 +172,9 @@ class DeltaToIcebergOperator(BaseOperator):
                 identifier=identifier,
                 version=version,
                 full=bool(self.full),
+                retain_snapshots=self.retain_snapshots,
+                max_snapshot_age_ms=None if self.max_snapshot_age is None
+                else int(self.max_snapshot_age.total_seconds() * 1000),
             )
         except DeltabergError as exc:
             if exc.retryable:
