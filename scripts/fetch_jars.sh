@@ -23,4 +23,43 @@ for artifact in "${ARTIFACTS[@]}"; do
     mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$JARS_DIR" -Dtransitive=false >&2
   fi
 done
+
+# An Iceberg REST catalog server (Iceberg's RESTCatalogServer test fixture over a JdbcCatalog on SQLite) for
+# tests/iceberg/test_catalogs.py, in its own folder: tests/spark puts every jar of $JARS_DIR on Spark's classpath,
+# and these (Iceberg 1.10 core, Jetty 11, Hadoop's client) must stay off it. 1.10.0 is the newest
+# iceberg-open-api test-fixtures jar Maven Central serves; its pom lists no dependencies, so they are named here.
+REST_DIR="$JARS_DIR/rest"
+REST_ARTIFACTS=(
+  org.apache.iceberg:iceberg-open-api:1.10.0:test-fixtures
+  org.apache.iceberg:iceberg-core:1.10.0:
+  org.apache.iceberg:iceberg-core:1.10.0:tests
+  org.eclipse.jetty:jetty-servlet:11.0.25:
+  org.apache.hadoop:hadoop-client-api:3.4.2:
+  org.apache.hadoop:hadoop-client-runtime:3.4.2:
+  org.xerial:sqlite-jdbc:3.50.3.0:
+  org.slf4j:slf4j-simple:2.0.17:
+)
+REST_STAMP="$(printf '%s\n' "${REST_ARTIFACTS[@]}")"
+if [ ! -f "$REST_DIR/.complete" ] || [ "$(cat "$REST_DIR/.complete")" != "$REST_STAMP" ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  {
+    echo '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+    echo '<groupId>local.deltaberg</groupId><artifactId>rest-catalog-server</artifactId><version>0</version>'
+    echo '<packaging>pom</packaging><dependencies>'
+    for artifact in "${REST_ARTIFACTS[@]}"; do
+      IFS=: read -r group name version classifier <<< "$artifact"
+      echo "<dependency><groupId>$group</groupId><artifactId>$name</artifactId><version>$version</version>"
+      [ -n "$classifier" ] && echo "<classifier>$classifier</classifier>"
+      echo '</dependency>'
+    done
+    echo '</dependencies></project>'
+  } > "$work/pom.xml"
+  # Into a fresh folder first: an interrupted download never leaves a folder that looks complete.
+  mvn -q -B -f "$work/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$work/jars" >&2
+  printf '%s' "$REST_STAMP" > "$work/jars/.complete"
+  rm -rf "$REST_DIR"
+  mv "$work/jars" "$REST_DIR"
+fi
 ls "$JARS_DIR"/*.jar

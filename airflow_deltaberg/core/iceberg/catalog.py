@@ -1,17 +1,77 @@
-"""Registering converted tables in an Iceberg catalog through pyiceberg (SQLite SQL catalog by default)."""
+"""Registering converted tables in an Iceberg catalog through pyiceberg (SQLite SQL catalog by default).
+
+The first conversion registers the table (``register_table``) on the ``v<N>.metadata.json`` the conversion
+published. Later conversions move the catalog to the new metadata in one of two ways:
+
+- ``pointer`` (pyiceberg's SqlCatalog, the embedded default): a compare-and-set UPDATE of the catalog row onto
+  our own metadata file. Whatever the catalog held is replaced by exactly what the conversion wrote.
+- ``updates`` (every other catalog: REST, Glue, Hive, DynamoDB, ...; or any catalog whose properties say
+  ``deltaberg.commit-mode: updates``): the difference between the catalog's current metadata and ours, sent
+  through pyiceberg's ``Catalog.commit_table``. The catalog (the REST server; pyiceberg itself for Glue, Hive
+  and SQL, through ``MetastoreCatalog._update_and_stage_table``) writes its own metadata file, with the same
+  schema, partition spec and snapshot ids as ours, naming our manifest lists. Requirements: the table uuid,
+  ``main`` at the snapshot the catalog had when the difference was computed, and the current schema, default
+  spec and last assigned column and partition ids, so a concurrent change fails the commit as a whole
+  (ConcurrentConversionError) and leaves the catalog as the other writer left it. Updates: new schemas and
+  partition specs (ids as ours), the current ones, the snapshots the catalog lacks, ``main``, removal of the
+  converter's snapshots that expiry dropped, and the table properties (set or removed to equal ours). Our
+  metadata file is read with the catalog's own FileIO properties (object store credentials go there too).
+  Snapshots the conversion did not write (no ``delta-version`` in their summary) are never removed; a ``main``
+  that points at one is refused: someone else writes to the table through the catalog.
+
+A conversion that restarted its history (column mapping switched on: schemas and specs start afresh, see
+``table_metadata.build_metadata``) cannot be committed as a difference, since the catalog's ids would mean
+other columns: the updates path refuses it with CatalogError (register under a new identifier, or drop the
+catalog entry and convert again). Dropping and registering here would leave readers without a table in between,
+and a concurrent writer's commit could be lost, so it is not done automatically.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.io import load_file_io
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+from pyiceberg.table.update import (
+    AddPartitionSpecUpdate,
+    AddSchemaUpdate,
+    AddSnapshotUpdate,
+    AssertCurrentSchemaId,
+    AssertDefaultSpecId,
+    AssertLastAssignedFieldId,
+    AssertLastAssignedPartitionId,
+    AssertRefSnapshotId,
+    AssertTableUUID,
+    RemovePropertiesUpdate,
+    RemoveSnapshotsUpdate,
+    SetCurrentSchemaUpdate,
+    SetDefaultSpecUpdate,
+    SetPropertiesUpdate,
+    SetSnapshotRefUpdate,
+    TableRequirement,
+    TableUpdate,
+)
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.publish import ConcurrentConversionError
+from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+
+#: Catalog property choosing how a registered table moves: ``pointer`` (SQL catalog only) or ``updates``.
+COMMIT_MODE_PROPERTY = "deltaberg.commit-mode"
+CommitMode = Literal["pointer", "updates"]
+#: Properties Iceberg derives from the metadata itself: never sent as property updates.
+_RESERVED_PROPERTIES = frozenset({
+    "format-version", "uuid", "snapshot-count", "current-snapshot-id", "current-snapshot-summary",
+    "current-snapshot-timestamp-ms", "current-schema", "default-partition-spec", "default-sort-order",
+})
 
 
 class CatalogError(DeltabergError):
@@ -29,16 +89,34 @@ def open_catalog(name: str = "deltaberg", config: Mapping[str, Any] | None = Non
                            f"{type(exc).__name__}") from exc
 
 
-def point_catalog(catalog: Catalog, identifier: str | tuple[str, ...], metadata_location: str) -> None:
-    """Register the table on first conversion, later move its pointer to ``metadata_location``.
+def commit_mode(catalog: Catalog) -> CommitMode:
+    """How ``point_catalog`` moves a registered table: ``pointer`` for the SQL catalog unless its properties ask for
+    ``updates``; ``updates`` for every other catalog."""
+    asked = catalog.properties.get(COMMIT_MODE_PROPERTY)
+    if asked not in (None, "pointer", "updates"):
+        raise CatalogError(f"catalog {catalog.name!r}: {COMMIT_MODE_PROPERTY} must be 'pointer' or 'updates', "
+                           f"not {asked!r}")
+    if asked == "pointer" and not isinstance(catalog, SqlCatalog):
+        raise CatalogError(f"catalog {catalog.name!r} ({type(catalog).__name__}): {COMMIT_MODE_PROPERTY}=pointer is "
+                           "only possible for the SQL catalog")
+    if asked is not None:
+        return asked  # type: ignore[return-value]
+    return "pointer" if isinstance(catalog, SqlCatalog) else "updates"
 
-    The move is a compare-and-set on the location read just before: if another converter moved the
-    pointer meanwhile, nothing changes and ConcurrentConversionError is raised.
+
+def point_catalog(catalog: Catalog, identifier: str | tuple[str, ...], metadata_location: str) -> None:
+    """Register the table on first conversion, later move it to the metadata at ``metadata_location``.
+
+    Either way (see the module docstring) the move is conditional on the catalog state read just before: if
+    another writer changed the table meanwhile, nothing changes and ConcurrentConversionError is raised.
     """
     try:
         _point(catalog, identifier, metadata_location)
     except (DeltabergError, ConcurrentConversionError):
         raise
+    except CommitStateUnknownException as exc:
+        raise CatalogError(f"catalog {catalog.name!r}: the commit of {identifier} to {metadata_location} may or "
+                           f"may not have happened ({exc}); run the conversion again") from exc
     except Exception as exc:  # noqa: BLE001 - the catalog's own errors, wrapped with what was attempted
         raise CatalogError(f"catalog {catalog.name!r}: registering {identifier} at {metadata_location} failed: "
                            f"{type(exc).__name__}: {exc}") from exc
@@ -47,33 +125,192 @@ def point_catalog(catalog: Catalog, identifier: str | tuple[str, ...], metadata_
 def _point(catalog: Catalog, identifier: str | tuple[str, ...], metadata_location: str) -> None:
     ident = Catalog.identifier_to_tuple(identifier)
     namespace = ident[:-1]
+    mode = commit_mode(catalog)
     if namespace:
         catalog.create_namespace_if_not_exists(namespace)
     if not catalog.table_exists(ident):
         catalog.register_table(ident, metadata_location)
         return
+    if mode == "updates":
+        _commit_updates(catalog, ident, metadata_location)
+        return
+    assert isinstance(catalog, SqlCatalog)
     current = catalog.load_table(ident).metadata_location
     if current == metadata_location:
         return  # a re-run after a crash that happened after the catalog moved
-    if isinstance(catalog, SqlCatalog):
-        with Session(catalog.engine) as session:
-            result = session.execute(
-                update(IcebergTables)
-                .where(
-                    IcebergTables.catalog_name == catalog.name,
-                    IcebergTables.table_namespace == Catalog.namespace_to_string(namespace),
-                    IcebergTables.table_name == ident[-1],
-                    IcebergTables.metadata_location == current,
-                )
-                .values(metadata_location=metadata_location, previous_metadata_location=current)
+    with Session(catalog.engine) as session:
+        result = session.execute(
+            update(IcebergTables)
+            .where(
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == Catalog.namespace_to_string(namespace),
+                IcebergTables.table_name == ident[-1],
+                IcebergTables.metadata_location == current,
             )
-            if result.rowcount != 1:
-                raise ConcurrentConversionError(
-                    f"the catalog entry of {'.'.join(ident)} moved during the conversion; run it again"
-                )
-            session.commit()
-        return
-    raise DeltabergError(
-        f"catalog {catalog.name} ({type(catalog).__name__}): moving an existing registration of {'.'.join(ident)} "
-        "is only implemented for the SQL catalog; register it under a new identifier or use the SQL catalog"
+            .values(metadata_location=metadata_location, previous_metadata_location=current)
+        )
+        if result.rowcount != 1:
+            raise ConcurrentConversionError(
+                f"the catalog entry of {'.'.join(ident)} moved during the conversion; run it again"
+            )
+        session.commit()
+
+
+def _read_metadata(catalog: Catalog, location: str) -> TableMetadata:
+    io = load_file_io(dict(catalog.properties), location)
+    return FromInputFile.table_metadata(io.new_input(location))
+
+
+def _commit_updates(catalog: Catalog, ident: tuple[str, ...], metadata_location: str) -> None:
+    name = ".".join(ident)
+    table = catalog.load_table(ident)
+    if table.metadata_location == metadata_location:
+        return  # registered on this very file (a re-run)
+    ours = _read_metadata(catalog, metadata_location)
+    requirements, updates = metadata_changes(table.metadata, ours, table=name)
+    if not updates:
+        return  # the catalog already holds what the conversion published
+    try:
+        response = catalog.commit_table(table, requirements, updates)
+    except CommitFailedException as exc:
+        raise ConcurrentConversionError(
+            f"the catalog entry of {name} changed during the conversion ({exc}); nothing was committed, the "
+            "catalog keeps the other writer's state; run the conversion again"
+        ) from exc
+    _check_committed(response.metadata, ours, name)
+
+
+def metadata_changes(current: TableMetadata, ours: TableMetadata, *, table: str
+                     ) -> tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]]:
+    """Requirements and updates that turn the catalog's ``current`` metadata into ``ours`` (see module docstring).
+
+    Raises CatalogError when the catalog cannot follow: another table's uuid, a restarted history, schemas or
+    specs that differ under the same id, or a ``main`` the conversion did not write.
+    """
+    _check_same_table(current, ours, table)
+    _check_history(current, ours, table)
+    main = current.refs.get(MAIN_BRANCH)
+    requirements: tuple[TableRequirement, ...] = (
+        AssertTableUUID(uuid=current.table_uuid),
+        AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=main.snapshot_id if main else None),
+        AssertCurrentSchemaId(current_schema_id=current.current_schema_id),
+        AssertLastAssignedFieldId(last_assigned_field_id=current.last_column_id),
+        AssertDefaultSpecId(default_spec_id=current.default_spec_id),
+        AssertLastAssignedPartitionId(last_assigned_partition_id=current.last_partition_id),
     )
+    updates: list[TableUpdate] = []
+    known_schemas = {s.schema_id for s in current.schemas}
+    # Ascending ids: a REST server assigns the next id itself (highest + 1), which then equals ours.
+    updates += [AddSchemaUpdate(schema=s) for s in sorted(ours.schemas, key=lambda s: s.schema_id)
+                if s.schema_id not in known_schemas]
+    if ours.current_schema_id != current.current_schema_id:
+        updates.append(SetCurrentSchemaUpdate(schema_id=ours.current_schema_id))
+    known_specs = {s.spec_id for s in current.partition_specs}
+    updates += [AddPartitionSpecUpdate(spec=s) for s in sorted(ours.partition_specs, key=lambda s: s.spec_id)
+                if s.spec_id not in known_specs]
+    if ours.default_spec_id != current.default_spec_id:
+        updates.append(SetDefaultSpecUpdate(spec_id=ours.default_spec_id))
+    known_snapshots = {s.snapshot_id for s in current.snapshots}
+    updates += [AddSnapshotUpdate(snapshot=s) for s in sorted(ours.snapshots, key=lambda s: s.sequence_number or 0)
+                if s.snapshot_id not in known_snapshots]
+    our_main = ours.refs.get(MAIN_BRANCH)
+    if our_main is not None and (main is None or main.snapshot_id != our_main.snapshot_id):
+        updates.append(SetSnapshotRefUpdate(ref_name=MAIN_BRANCH, type=SnapshotRefType.BRANCH,
+                                            snapshot_id=our_main.snapshot_id))
+    expired = _expired_snapshots(current, ours)
+    if expired:
+        updates.append(RemoveSnapshotsUpdate(snapshot_ids=expired))
+    updates += _property_updates(current.properties, ours.properties)
+    return requirements, tuple(updates)
+
+
+def _check_same_table(current: TableMetadata, ours: TableMetadata, table: str) -> None:
+    if current.table_uuid != ours.table_uuid:
+        raise CatalogError(
+            f"catalog table {table} is another Iceberg table (uuid {current.table_uuid}, the converted one is "
+            f"{ours.table_uuid}): register the converted table under another identifier"
+        )
+
+
+def _check_history(current: TableMetadata, ours: TableMetadata, table: str) -> None:
+    """Every schema and spec the catalog has must be in ours, unchanged; its ``main`` must be the converter's."""
+    our_schemas = {s.schema_id: s for s in ours.schemas}
+    our_specs = {s.spec_id: s for s in ours.partition_specs}
+    gone = ([f"schema {s.schema_id}" for s in current.schemas if s.schema_id not in our_schemas]
+            + [f"partition spec {s.spec_id}" for s in current.partition_specs if s.spec_id not in our_specs])
+    if gone:
+        raise CatalogError(
+            f"the converted metadata of {table} restarted its history ({', '.join(gone)} of the catalog's table "
+            f"are gone, e.g. because column mapping was enabled on the Delta table and column ids changed): the "
+            f"catalog cannot follow through a commit; register the converted table under a new identifier, or "
+            f"drop {table} from the catalog and convert again"
+        )
+    changed = ([f"schema {s.schema_id}" for s in current.schemas
+                if our_schemas[s.schema_id].as_struct() != s.as_struct()]
+               + [f"partition spec {s.spec_id}" for s in current.partition_specs
+                  if our_specs[s.spec_id].fields != s.fields])
+    ours_by_id = {s.snapshot_id: s for s in ours.snapshots}
+    changed += [f"snapshot {s.snapshot_id}" for s in current.snapshots
+                if s.snapshot_id in ours_by_id and ours_by_id[s.snapshot_id].manifest_list != s.manifest_list]
+    if changed:
+        raise CatalogError(
+            f"catalog table {table} and the converted metadata differ under the same ids ({', '.join(changed)}): "
+            "the catalog was changed by another writer; register the converted table under a new identifier"
+        )
+    main = current.refs.get(MAIN_BRANCH)
+    head = current.snapshot_by_id(main.snapshot_id) if main else None
+    if head is not None and head.snapshot_id not in ours_by_id and not _converted(head.summary):
+        raise CatalogError(
+            f"catalog table {table}: main is at snapshot {head.snapshot_id} ({_operation(head.summary)}), which "
+            "no conversion wrote: another writer commits to this table through the catalog, and the next "
+            "conversion would drop its changes; register the converted table under another identifier"
+        )
+
+
+def _converted(summary: Any) -> bool:
+    return summary is not None and DELTA_VERSION in summary.additional_properties
+
+
+def _operation(summary: Any) -> str:
+    return summary.operation.value if summary is not None else "no summary"
+
+
+def _expired_snapshots(current: TableMetadata, ours: TableMetadata) -> list[int]:
+    """The converter's snapshots the catalog has and ours no longer has, unless a ref other than main keeps them."""
+    ours_ids = {s.snapshot_id for s in ours.snapshots}
+    kept = {ref.snapshot_id for name, ref in current.refs.items() if name != MAIN_BRANCH}
+    return [s.snapshot_id for s in current.snapshots
+            if s.snapshot_id not in ours_ids and s.snapshot_id not in kept and _converted(s.summary)]
+
+
+def _property_updates(current: Mapping[str, str], ours: Mapping[str, str]) -> Sequence[TableUpdate]:
+    """Properties made equal to ours: the pointer move would replace them all, the commit must end the same."""
+    changed = {k: v for k, v in ours.items() if k not in _RESERVED_PROPERTIES and current.get(k) != v}
+    removed = sorted(k for k in current if k not in ours and k not in _RESERVED_PROPERTIES)
+    out: list[TableUpdate] = []
+    if changed:
+        out.append(SetPropertiesUpdate(updates=changed))
+    if removed:
+        out.append(RemovePropertiesUpdate(removals=removed))
+    return out
+
+
+def _check_committed(committed: TableMetadata, ours: TableMetadata, table: str) -> None:
+    """The catalog's new metadata must read our snapshot with our schema and spec ids (a REST server assigns ids
+    itself; were they to differ, our manifests would name the wrong spec)."""
+    mismatches = [
+        what for what, theirs, mine in (
+            ("current snapshot", committed.current_snapshot_id, ours.current_snapshot_id),
+            ("current schema id", committed.current_schema_id, ours.current_schema_id),
+            ("default spec id", committed.default_spec_id, ours.default_spec_id),
+        ) if theirs != mine
+    ]
+    if not mismatches and committed.schema().as_struct() != ours.schema().as_struct():
+        mismatches.append("current schema")
+    if not mismatches and committed.spec().fields != ours.spec().fields:
+        mismatches.append("default partition spec")
+    if mismatches:
+        raise CatalogError(
+            f"catalog table {table}: the catalog committed the conversion but its {', '.join(mismatches)} differ "
+            "from the converted metadata; register the converted table under a new identifier"
+        )
