@@ -9,6 +9,7 @@ the driver writes the manifest list and metadata.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from airflow_deltaberg.core.storage import Storage, open_storage
 
 #: Entries per manifest. Readers plan a scan manifest by manifest; ~25k entries keep each one a few MB.
 MANIFEST_ROWS = 25_000
+MANIFEST_WRITERS = 2
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,10 @@ def with_parsed_stats(files: pa.Table, metadata: Metadata) -> pa.Table:
 
 
 def file_entries(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileEntries:
-    """Entries for Delta files (columns path, partitionValues, size, stats or stats_parsed, deletionVector)."""
+    """Entries for Delta files (columns path, partitionValues, size, stats or stats_parsed, deletionVector), in
+    partition and path order."""
     metadata = plan.metadata
-    files = with_parsed_stats(files, metadata)
+    files = _sorted_for_pruning(with_parsed_stats(files, metadata), metadata, plan.spec)
     data = entries_for_files(files, metadata, plan.converted, plan.spec, storage, table=plan.table,
                              snapshot_id=plan.snapshot_id, sequence_number=plan.sequence_number)
     deletes = None
@@ -88,29 +91,44 @@ def file_entries(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileE
     return FileEntries(data, deletes)
 
 
-def _sorted_for_pruning(entries: pa.Table, spec: PartitionSpec) -> pa.Table:
-    """Entries ordered by partition then path, so each manifest covers a narrow partition range (readers
-    prune whole manifests by their partition summaries) and a narrow path range (removals rewrite few)."""
-    keys = [(f"partition.{f.name}", "ascending", "at_start") for f in spec.fields]
-    if keys:
-        flat = entries.select(["partition"]).flatten()
-        order = pc.sort_indices(
-            pa.table({**{key[0]: flat.column(key[0]) for key in keys}, "file_path": entries.column("file_path")}),
-            sort_keys=[*keys, ("file_path", "ascending", "at_start")],
-        )
-    else:
-        order = pc.sort_indices(entries.column("file_path"))
-    return entries.take(order)
+_ENTRY_INPUTS = ("path", "partitionValues", "size", "stats_parsed", "deletionVector")
+
+
+def _sorted_for_pruning(files: pa.Table, metadata: Metadata, spec: PartitionSpec) -> pa.Table:
+    """Files ordered by partition values then path, so each manifest covers a narrow partition range (readers
+    prune whole manifests by their partition summaries) and a narrow path range (removals rewrite few).
+
+    The files are sorted before their entries exist: taking rows of flat stats columns costs a fraction of
+    taking rows of the entries' lists of bounds. Partition values sort as their Delta strings, which groups
+    equal values, all a manifest's summary needs.
+    """
+    files = files.select([c for c in _ENTRY_INPUTS if c in files.column_names])
+    physical = {f.name: f.physical_name for f in metadata.schema.fields} \
+        if metadata.column_mapping_mode in ("name", "id") else {}
+    keys: dict[str, pa.Array] = {}
+    if spec.fields and files.num_rows:
+        values = files.column("partitionValues").combine_chunks()
+        for i, pf in enumerate(spec.fields):
+            keys[f"k{i}"] = pc.map_lookup(values, physical.get(pf.name, pf.name), "first")
+    keys["path"] = files.column("path")
+    order = pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending", "at_start") for k in keys])
+    return files.take(order)
 
 
 def write_entry_manifests(storage: Storage, plan: SnapshotPlan, entries: pa.Table, *, content: str = "data",
                           rows_per_manifest: int = MANIFEST_ROWS) -> list[ManifestRecord]:
-    entries = _sorted_for_pruning(entries, plan.spec)
-    return [
-        write_manifest_record(storage, entries.slice(offset, rows_per_manifest), plan.converted.schema, plan.spec,
-                              plan.snapshot_id, plan.sequence_number, content=content)
-        for offset in range(0, entries.num_rows, rows_per_manifest)
-    ]
+    """Manifests of ``rows_per_manifest`` consecutive entries each, written two at a time (the encoders and
+    the compression release the GIL for most of their work)."""
+    slices = [entries.slice(offset, rows_per_manifest) for offset in range(0, entries.num_rows, rows_per_manifest)]
+    if len(slices) <= 1:
+        return [write_manifest_record(storage, part, plan.converted.schema, plan.spec, plan.snapshot_id,
+                                      plan.sequence_number, content=content) for part in slices]
+    with ThreadPoolExecutor(max_workers=MANIFEST_WRITERS) as pool:
+        return list(pool.map(
+            lambda part: write_manifest_record(storage, part, plan.converted.schema, plan.spec, plan.snapshot_id,
+                                               plan.sequence_number, content=content),
+            slices,
+        ))
 
 
 def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, *,
