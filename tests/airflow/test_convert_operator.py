@@ -25,7 +25,7 @@ START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 NO_DELAY = dt.timedelta(seconds=0)
 SUMMARY_KEYS = {
     "table", "mode", "delta_version", "snapshot_id", "metadata_location", "files_added", "files_removed",
-    "records", "seconds", "identifier", "snapshots_written",
+    "records", "seconds", "identifier", "snapshots_written", "snapshots_expired",
 }
 
 
@@ -214,6 +214,31 @@ def test_full_forces_a_full_snapshot_of_an_up_to_date_table(
         ("convert", before["snapshot_id"]), ("convert_full", forced["snapshot_id"])
     ]
     assert {e["uri"] for e in events} == {"iceberg://deltaberg/db/events"}
+
+
+def test_snapshot_expiry_by_count_and_age(
+    run_dag, dag_id, events_table: Path, catalog_config: dict[str, Any]
+) -> None:
+    with make_dag(dag_id) as dag:
+        first = DeltaToIcebergOperator(task_id="convert", table_uri=str(events_table), identifier="db.events",
+                                       catalog_config=catalog_config)
+        forced = DeltaToIcebergOperator(task_id="full", table_uri=str(events_table), identifier="db.events",
+                                        catalog_config=catalog_config, full=True)
+        by_age = DeltaToIcebergOperator(task_id="by_age", table_uri=str(events_table), identifier="db.events",
+                                        catalog_config=catalog_config, max_snapshot_age=dt.timedelta(days=1))
+        by_count = DeltaToIcebergOperator(task_id="by_count", table_uri=str(events_table), identifier="db.events",
+                                          catalog_config=catalog_config, retain_snapshots=1)
+        first >> forced >> by_age >> by_count
+
+    result = run_dag(dag)
+
+    assert result.ti("by_count").state == "success"
+    assert result.xcom("by_age")["snapshots_expired"] == 0  # both snapshots are minutes old
+    assert result.xcom("by_count")["snapshots_expired"] == 1
+    table = load_catalog("deltaberg", **catalog_config).load_table("db.events")
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [result.xcom("full")["snapshot_id"]]
+    assert iceberg_rows(catalog_config, "db.events") == delta_rows(events_table)
+    assert delta_files(events_table) == 2  # data files untouched
 
 
 def test_unpartitioned_table(run_dag, dag_id, tmp_path: Path, catalog_config: dict[str, Any]) -> None:
