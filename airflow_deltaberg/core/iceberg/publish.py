@@ -45,13 +45,31 @@ def metadata_key(version: int) -> str:
     return f"{METADATA_DIR}/v{version}.metadata.json"
 
 
-def latest_metadata(storage: Storage) -> PublishedMetadata | None:
-    """The newest complete metadata file. The hint is only a shortcut: a crash between writing a
-    metadata file and moving the hint leaves a newer, complete file, which wins."""
-    versions = [int(m.group(1)) for e in storage.list_from(METADATA_DIR) if (m := _METADATA_FILE.match(e.name))]
-    if not versions:
+def _hinted_version(storage: Storage) -> int | None:
+    try:
+        text = storage.read(VERSION_HINT).strip()
+    except FileNotFoundError:
         return None
-    version = max(versions)
+    return int(text) if text.isdigit() and storage.exists(metadata_key(int(text))) else None
+
+
+def latest_metadata(storage: Storage) -> PublishedMetadata | None:
+    """The newest complete metadata file.
+
+    Versions are published one after the other (write-if-absent of v<N+1>), so from the version the hint names,
+    the newest is found by probing the next ones: a crash between writing a metadata file and moving the hint
+    leaves a newer, complete file, which wins. Without a usable hint, the folder (which also holds every
+    manifest) is listed.
+    """
+    version = _hinted_version(storage)
+    if version is not None:
+        while storage.exists(metadata_key(version + 1)):
+            version += 1
+    else:
+        versions = [int(m.group(1)) for e in storage.list_from(METADATA_DIR) if (m := _METADATA_FILE.match(e.name))]
+        if not versions:
+            return None
+        version = max(versions)
     key = metadata_key(version)
     metadata = TableMetadataUtil.parse_raw(storage.read(key))
     if not isinstance(metadata, TableMetadataV2):
