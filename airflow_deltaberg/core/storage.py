@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import sys
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -195,6 +196,105 @@ def _mtime_ms(info: Mapping[str, Any]) -> int:
     return 0
 
 
+#: One listed file: its name inside the listed directory, size and modification time (ms).
+_Listed = tuple[str, int, int]
+#: A native listing: (filesystem, path of the directory, start_after) -> the files directly inside, after it.
+_Lister = Callable[[Any, str, str | None], list[_Listed]]
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = getattr(fs, "protocol", ())
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _is_instance_of(fs: Any, module: str, cls: str) -> bool:
+    # The filesystem's own package is imported already when fs is one of its classes; never import it here.
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(fs, getattr(loaded, cls))
+
+
+def _after(name: str, start_after: str | None) -> bool:
+    # Also applied to native listings: a store that ignores the bound (some S3-compatible servers and
+    # emulators do) then still gives the same result, only slower.
+    return start_after is None or name > start_after
+
+
+def _list_s3(fs: Any, path: str, start_after: str | None) -> list[_Listed]:
+    """ListObjectsV2 with Prefix, Delimiter and StartAfter, through s3fs's own client.
+
+    ``call_s3`` applies the filesystem's credentials, endpoint, region, requester-pays and other request
+    settings and retries, and maps errors as ``ls`` does (a missing bucket is FileNotFoundError). S3 orders
+    keys by their UTF-8 bytes, which is the code point order Python compares names in, so ``StartAfter`` of
+    ``prefix + start_after`` returns exactly the names > ``start_after``; a short tail is one request
+    however long the log is. The delimiter keeps sub-directories out (each comes back as one CommonPrefix).
+    """
+    bucket, key, _ = fs.split_path(path)
+    prefix = f"{key.strip('/')}/" if key.strip("/") else ""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+    # S3 Express directory buckets (names end in "--x-s3") take no StartAfter and list in no particular order:
+    # there the whole directory is listed and filtered, as the generic path does.
+    if start_after and not bucket.endswith("--x-s3"):
+        kwargs["StartAfter"] = prefix + start_after
+    listed: list[_Listed] = []
+    while True:
+        page = fs.call_s3("list_objects_v2", **kwargs)
+        for item in page.get("Contents", []):
+            name = item["Key"][len(prefix) :]
+            # An empty name is the directory marker object ("prefix/") that some tools create: no file.
+            if name and "/" not in name and _after(name, start_after):
+                listed.append((name, int(item.get("Size") or 0), _mtime_ms(item)))
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return listed
+        kwargs["ContinuationToken"] = token
+
+
+def _list_gcs(fs: Any, path: str, start_after: str | None) -> list[_Listed]:
+    """The JSON API's objects.list with prefix, delimiter and startOffset, through gcsfs's own session.
+
+    ``call`` applies the filesystem's credentials, endpoint and requester-pays project, and maps errors as ``ls``
+    does. GCS orders names lexicographically by their UTF-8 bytes, as S3 does; ``startOffset`` is inclusive,
+    so the name equal to ``start_after`` is dropped here. Objects are turned
+    into file infos by gcsfs itself (``_process_object``), so the modification time is the one ``ls`` gives.
+    """
+    bucket, key, _ = fs.split_path(path)
+    prefix = f"{key.strip('/')}/" if key.strip("/") else ""
+    params: dict[str, Any] = {"delimiter": "/", "prefix": prefix or None}
+    if start_after:
+        params["startOffset"] = prefix + start_after
+    listed: list[_Listed] = []
+    while True:
+        page = fs.call("GET", "b/{}/o", bucket, json_out=True, **params)
+        for item in page.get("items", []):
+            name = item["name"][len(prefix) :]
+            if name and "/" not in name and _after(name, start_after):
+                info = fs._process_object(bucket, item)
+                listed.append((name, int(info.get("size") or 0), _mtime_ms(info)))
+        token = page.get("nextPageToken")
+        if not token:
+            return listed
+        params["pageToken"] = token
+
+
+def _native_lister(fs: Any) -> _Lister | None:
+    """The start-after listing of the store behind ``fs``, or None where only the generic listing works.
+
+    Version-aware filesystems list object versions (a different API and result) and asynchronous instances
+    cannot be called from this synchronous code, so both keep the generic path, as do memory:// and every
+    other filesystem. Azure (adlfs) has no native lister because its List Blobs call has no start-after key:
+    only a prefix and an opaque continuation marker from a previous page.
+    """
+    if getattr(fs, "asynchronous", False) or getattr(fs, "version_aware", False):
+        return None
+    protocols = _protocols(fs)
+    if "s3" in protocols and _is_instance_of(fs, "s3fs.core", "S3FileSystem"):
+        return _list_s3
+    # gcsfs.GCSFileSystem may name a subclass (the experimental HNS one); gcsfs.core's class is the base of both.
+    if "gs" in protocols and _is_instance_of(fs, "gcsfs.core", "GCSFileSystem"):
+        return _list_gcs
+    return None
+
+
 class FsspecStorage(Storage):
     """Storage over any fsspec filesystem (memory, s3, gcs, abfs, ...)."""
 
@@ -205,6 +305,8 @@ class FsspecStorage(Storage):
         super().__init__(root)
         self.fs = fs
         self.root_path = root_path.rstrip("/")
+        # Object stores that can start a listing after a key list only the tail of `_delta_log`.
+        self._lister = _native_lister(fs)
 
     def _path(self, key: str) -> str:
         return f"{self.root_path}/{key}" if key else self.root_path
@@ -213,27 +315,34 @@ class FsspecStorage(Storage):
         directory = directory.strip("/")
         prefix = f"{directory}/" if directory else ""
         path = self._path(directory)
+        lister = self._lister if self._lister is not None else self._list_generic
         try:
-            try:
-                infos = self.fs.ls(path, detail=True, refresh=True)
-            except TypeError:  # a filesystem whose ls takes no refresh argument
-                infos = self.fs.ls(path, detail=True)
+            listed = lister(self.fs, path, start_after)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise StorageError(f"cannot list {self.uri(directory)}: {exc}") from exc
-        # Listing a file gives that file itself on most stores; like a local listing, that is no directory.
-        listed = self.fs._strip_protocol(path).rstrip("/")
-        entries = []
-        for info in infos:
-            if info.get("type") != "file" or info["name"].rstrip("/") == listed:
-                continue
-            name = info["name"].rstrip("/").rsplit("/", 1)[-1]
-            if start_after is not None and name <= start_after:
-                continue
-            entries.append(FileEntry(prefix + name, int(info.get("size") or 0), _mtime_ms(info)))
+        entries = [FileEntry(prefix + name, size, mtime_ms) for name, size, mtime_ms in listed]
         entries.sort(key=lambda e: e.key)
         return entries
+
+    @staticmethod
+    def _list_generic(fs: Any, path: str, start_after: str | None) -> list[_Listed]:
+        """Any filesystem: list the whole directory, then filter (the cost grows with the directory)."""
+        try:
+            infos = fs.ls(path, detail=True, refresh=True)
+        except TypeError:  # a filesystem whose ls takes no refresh argument
+            infos = fs.ls(path, detail=True)
+        # Listing a file gives that file itself on most stores; like a local listing, that is no directory.
+        listed_path = fs._strip_protocol(path).rstrip("/")
+        listed: list[_Listed] = []
+        for info in infos:
+            if info.get("type") != "file" or info["name"].rstrip("/") == listed_path:
+                continue
+            name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+            if _after(name, start_after):
+                listed.append((name, int(info.get("size") or 0), _mtime_ms(info)))
+        return listed
 
     def read(self, key: str) -> bytes:
         try:
