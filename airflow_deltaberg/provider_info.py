@@ -39,11 +39,17 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_deltaberg.operators.validate",
                     "airflow_deltaberg.operators.convert",
+                    "airflow_deltaberg.operators.regenerate",
+                    "airflow_deltaberg.operators.enable",
                 ],
             }
         ],
-        "sensors": [],
-        "triggers": [],
+        "sensors": [
+            {"integration-name": "Deltaberg", "python-modules": ["airflow_deltaberg.sensors.delta_commit"]}
+        ],
+        "triggers": [
+            {"integration-name": "Deltaberg", "python-modules": ["airflow_deltaberg.triggers.delta_commit"]}
+        ],
         "notifications": [
             "airflow_deltaberg.notifications.compliance.ComplianceEmailNotifier",
             "airflow_deltaberg.notifications.compliance.ComplianceWebhookNotifier",

@@ -2,7 +2,8 @@
 
 from airflow_deltaberg.operators.convert import DeltaToIcebergOperator
 from airflow_deltaberg.operators.enable import DeltaEnableIcebergWriterCompatOperator
+from airflow_deltaberg.operators.regenerate import DeltaIcebergRegenerateOperator
 from airflow_deltaberg.operators.validate import ComplianceViolationError, DeltaValidateOperator
 
-__all__ = ["ComplianceViolationError", "DeltaEnableIcebergWriterCompatOperator", "DeltaToIcebergOperator",
-           "DeltaValidateOperator"]
+__all__ = ["ComplianceViolationError", "DeltaEnableIcebergWriterCompatOperator", "DeltaIcebergRegenerateOperator",
+           "DeltaToIcebergOperator", "DeltaValidateOperator"]

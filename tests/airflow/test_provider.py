@@ -35,6 +35,8 @@ def test_provider_info_lists_the_operator_and_notifiers() -> None:
     assert [m for op in info["operators"] for m in op["python-modules"]] == [
         "airflow_deltaberg.operators.validate",
         "airflow_deltaberg.operators.convert",
+        "airflow_deltaberg.operators.regenerate",
+        "airflow_deltaberg.operators.enable",
     ]
     assert DeltaToIcebergOperator.__module__ in info["operators"][0]["python-modules"]
     notifiers = {
@@ -63,3 +65,38 @@ def test_airflow_cli_lists_the_provider() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     providers = {p["package_name"]: p for p in json.loads(result.stdout)}
     assert providers["airflow-deltaberg"]["version"] == __version__
+
+
+def test_airflow_cli_lists_the_hooks_sensor_trigger_and_notifiers() -> None:
+    """`airflow providers hooks|triggers|notifications`, and `providers get` for the sensors (Airflow 3.3 has no
+    `providers sensors` command). Run side by side: each is a separate Airflow start."""
+    commands = {
+        "hooks": ["hooks"],
+        "triggers": ["triggers"],
+        "notifications": ["notifications"],
+        "get": ["get", "airflow-deltaberg", "--full"],
+    }
+    running = {
+        name: subprocess.Popen(
+            [AIRFLOW, "providers", *args, "--output", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        )
+        for name, args in commands.items()
+    }
+    listed = {}
+    for name, process in running.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{name}: {err[-2000:]}"
+        listed[name] = json.loads(out)
+    hooks = {h["connection_type"]: h for h in listed["hooks"]}
+    assert hooks["deltaberg"]["class"] == "airflow_deltaberg.hooks.storage.DeltaStorageHook"
+    assert hooks["deltaberg"]["package_name"] == "airflow-deltaberg"
+    triggers = {t["class"]: t for t in listed["triggers"]}
+    assert triggers["airflow_deltaberg.triggers.delta_commit"]["package_name"] == "airflow-deltaberg"
+    notifiers = {n["notification_class_name"] for n in listed["notifications"]}
+    assert {
+        "airflow_deltaberg.notifications.compliance.ComplianceEmailNotifier",
+        "airflow_deltaberg.notifications.compliance.ComplianceWebhookNotifier",
+    } <= notifiers
+    (provider,) = listed["get"]
+    assert "airflow_deltaberg.sensors.delta_commit" in [m for s in provider["sensors"] for m in s["python-modules"]]
