@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# Set up (see setup.sh) and run the demo on a table it writes under .demo/.
+# The demo: the event-driven example DAG run end to end with dag.test() on a Delta table it writes under .demo/,
+# then again after an append (see scripts/demo.py). Sets up .venv first (see setup.sh). Spark runs locally through
+# spark-submit: it needs Java 17, no extra jars (the regeneration reads the Delta log with Spark's own readers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1; then
+  echo "the demo runs Spark, which needs Java 17: put java on the PATH or set JAVA_HOME" >&2
+  exit 1
+fi
 scripts/setup.sh
-.venv/bin/python scripts/demo.py "$@"
+.venv/bin/python scripts/demo.py

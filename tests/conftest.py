@@ -52,6 +52,7 @@ FIXTURE_TABLES: list[str] = discover_fixture_tables()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark: starts Spark (a local session or spark-submit jobs); slow")
     config.addinivalue_line(
         "markers",
         "fixture_tables(exclude=()): parametrize the `fixture_table` argument with the name of every "
