@@ -1,15 +1,21 @@
-"""Validation benchmark: the core call of `deltaberg validate` against deltalake (delta-rs) loading the same
-table's protocol and metadata.
+"""Validation benchmark: `deltaberg validate` against deltalake (delta-rs) loading the same table's protocol
+and metadata, both inside the process and as a whole command.
 
-Every measurement runs in a fresh subprocess and times only the call (imports excluded; the whole
-process's wall time is reported too):
+Every measurement runs in a fresh subprocess; the sides alternate run by run, so a busy spell of the machine
+hits all of them:
 
-* ours: ``airflow_deltaberg.core.compat.validate(path, level)`` (no data checks), which loads the snapshot
-  (log replay of every add action) and runs every rule of the level
-* peer: ``deltalake.DeltaTable(path)`` then ``.protocol()`` and ``.metadata()``
+* ours-call: ``airflow_deltaberg.core.compat.validate(path, level)`` (no data checks), which loads the
+  snapshot (log replay of every add action) and runs every rule of the level; timed inside the process
+  (imports excluded), and the whole subprocess as the parent sees it
+* ours-cli:  the command ``deltaberg validate TABLE --level LEVEL --format json`` (the console script's
+  code, ``airflow_deltaberg.cli.main``), timed as a whole process: interpreter start, imports, load, rules,
+  rendering, exit
+* peer:      ``deltalake.DeltaTable(path)`` then ``.protocol()`` and ``.metadata()``, timed inside the
+  process and as a whole subprocess
 
-Default table: the 300k-add-action fixture (100 columns, partitioned, JSON commits, no data files). The
-figures are the median of ``--runs`` runs. The script always exits 0: it measures, it does not test.
+Ratios ours/peer: call time (ours-call vs peer) and whole-process time (ours-cli vs peer). Default table:
+the 300k-add-action fixture (100 columns, partitioned, JSON commits, no data files). The figures are the
+median of ``--runs`` runs. The script always exits 0: it measures, it does not test.
 
     python benchmarks/bench_validate.py [--runs 5] [--level writer-compat-v1] [--table PATH]
 """
@@ -30,7 +36,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_TABLE = Path("/work/shared/fixtures/delta/300k-add-files-100-col-partitioned")
-MODES = ("ours", "peer")
+MODES = ("ours-call", "ours-cli", "peer")
+# What the `deltaberg` console script runs (cwd = the repository, so this checkout's package is used).
+CLI = "import sys; from airflow_deltaberg.cli import main; sys.exit(main())"
 
 
 def _rss_mb() -> float:
@@ -40,7 +48,8 @@ def _rss_mb() -> float:
 
 def child(mode: str, path: str, level: str) -> None:
     """Run the call once and print one JSON line of figures."""
-    if mode == "ours":
+    imports_started = time.perf_counter()
+    if mode == "ours-call":
         sys.path.insert(0, str(REPO))
         from airflow_deltaberg.core.compat import validate
 
@@ -57,35 +66,53 @@ def child(mode: str, path: str, level: str) -> None:
             return {"version": table.version(), "reader": protocol.min_reader_version,
                     "partitions": len(metadata.partition_columns)}
 
+    imports = time.perf_counter() - imports_started
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     result = call()
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
-    result.update(seconds=seconds, peak_mb=_rss_mb(), cpu=after.ru_utime - before.ru_utime
-                  + after.ru_stime - before.ru_stime)
+    result.update(seconds=seconds, imports=imports, peak_mb=_rss_mb(),
+                  cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     print(json.dumps(result))
 
 
 def run_child(mode: str, path: Path, level: str, timeout: float) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--level", level, str(path)]
-    started = time.perf_counter()
+    if mode == "ours-cli":
+        cmd = [sys.executable, "-c", CLI, "validate", str(path), "--level", level, "--format", "json"]
+    else:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--level", level, str(path)]
+    started, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     wall = time.perf_counter() - started
+    done = resource.getrusage(resource.RUSAGE_CHILDREN)
+    process_cpu = done.ru_utime - children.ru_utime + done.ru_stime - children.ru_stime
+    if mode == "ours-cli":
+        if proc.returncode not in (0, 1):  # 0 compliant, 1 violations, 2 error
+            raise RuntimeError(f"deltaberg validate exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        report = json.loads(proc.stdout)
+        return {"process_seconds": wall, "process_cpu": process_cpu, "exit": proc.returncode,
+                "version": report.get("version"),
+                "violations": len(report.get("violations", []))}
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise RuntimeError(f"{mode} exited {proc.returncode}: {' | '.join(tail)}")
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
-    figures["process_seconds"] = wall
+    figures.update(process_seconds=wall, process_cpu=process_cpu)
     return figures
 
 
 def _median(runs: list[dict], key: str) -> float | None:
-    return statistics.median(r[key] for r in runs) if runs else None
+    values = [r[key] for r in runs if key in r]
+    return statistics.median(values) if values else None
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
+
+
+def _ratio(ours: float | None, peer: float | None) -> float | None:
+    return ours / peer if ours and peer else None
 
 
 def _loadavg() -> str:
@@ -127,7 +154,7 @@ def _bench(args: argparse.Namespace) -> int:
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     errors: dict[str, str] = {}
     for i in range(args.runs):
-        for mode in MODES:  # alternate, so that a busy spell of the machine hits both sides
+        for mode in MODES:  # alternate, so that a busy spell of the machine hits every side
             if mode in errors:
                 continue
             try:
@@ -135,19 +162,26 @@ def _bench(args: argparse.Namespace) -> int:
             except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                 errors[mode] = str(exc)[:300]
         print(f"  run {i + 1}: " + ", ".join(
-            f"{m} {runs[m][-1]['seconds']:.2f} s" if len(runs[m]) > i else f"{m} n/a" for m in MODES), flush=True)
+            f"{m} {runs[m][-1].get('seconds', runs[m][-1]['process_seconds']):.2f} s" if len(runs[m]) > i
+            else f"{m} n/a" for m in MODES), flush=True)
 
-    ours, peer = _median(runs["ours"], "seconds"), _median(runs["peer"], "seconds")
+    ours, cli, peer = runs["ours-call"], runs["ours-cli"], runs["peer"]
     print()
-    print(f"Median of {args.runs} fresh processes (call time: imports excluded); load average now {_loadavg()}")
-    header = ["side", "call", "call s", "process s", "CPU s", "peak MB"]
+    print(f"Median of {args.runs} fresh processes per side. call s: the call inside the process (imports excluded); "
+          f"process s: the whole subprocess as the parent sees it; CPU s: user+sys time (steadier than wall time on "
+          f"a busy machine); load average now {_loadavg()}")
+    header = ["side", "what", "call s", "process s", "imports s", "CPU s (call)", "CPU s (process)", "peak MB"]
     lines = [
-        ["ours", f"validate(path, {args.level!r})", _fmt(ours, ".2f"),
-         _fmt(_median(runs["ours"], "process_seconds"), ".2f"), _fmt(_median(runs["ours"], "cpu"), ".2f"),
-         _fmt(_median(runs["ours"], "peak_mb"), ".0f")],
-        ["peer", "deltalake.DeltaTable(path) + protocol() + metadata()", _fmt(peer, ".2f"),
-         _fmt(_median(runs["peer"], "process_seconds"), ".2f"), _fmt(_median(runs["peer"], "cpu"), ".2f"),
-         _fmt(_median(runs["peer"], "peak_mb"), ".0f")],
+        ["ours", f"validate(path, {args.level!r})", _fmt(_median(ours, "seconds"), ".2f"),
+         _fmt(_median(ours, "process_seconds"), ".2f"), _fmt(_median(ours, "imports"), ".2f"),
+         _fmt(_median(ours, "cpu"), ".2f"), _fmt(_median(ours, "process_cpu"), ".2f"),
+         _fmt(_median(ours, "peak_mb"), ".0f")],
+        ["ours", f"deltaberg validate TABLE --level {args.level} --format json", "-",
+         _fmt(_median(cli, "process_seconds"), ".2f"), "-", "-", _fmt(_median(cli, "process_cpu"), ".2f"), "-"],
+        ["peer", "deltalake.DeltaTable(path) + protocol() + metadata()", _fmt(_median(peer, "seconds"), ".2f"),
+         _fmt(_median(peer, "process_seconds"), ".2f"), _fmt(_median(peer, "imports"), ".2f"),
+         _fmt(_median(peer, "cpu"), ".2f"), _fmt(_median(peer, "process_cpu"), ".2f"),
+         _fmt(_median(peer, "peak_mb"), ".0f")],
     ]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
@@ -155,12 +189,20 @@ def _bench(args: argparse.Namespace) -> int:
     for line in lines:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
     print()
-    print(f"ratio ours/peer (call time): {_fmt(ours / peer if ours and peer else None, '.2f')}")
-    if runs["ours"]:
-        last = runs["ours"][-1]
+    print(f"ratio ours/peer, call time (validate() vs open + protocol + metadata): "
+          f"{_fmt(_ratio(_median(ours, 'seconds'), _median(peer, 'seconds')), '.2f')} "
+          f"(CPU: {_fmt(_ratio(_median(ours, 'cpu'), _median(peer, 'cpu')), '.2f')})")
+    print(f"ratio ours/peer, whole process (deltaberg validate vs a process opening the table with deltalake): "
+          f"{_fmt(_ratio(_median(cli, 'process_seconds'), _median(peer, 'process_seconds')), '.2f')} "
+          f"(CPU: {_fmt(_ratio(_median(cli, 'process_cpu'), _median(peer, 'process_cpu')), '.2f')})")
+    if ours:
+        last = ours[-1]
         print(f"ours: version {last['version']}, {last['rules']} rules, {last['violations']} violations")
-    if runs["peer"]:
-        print(f"peer: version {runs['peer'][-1]['version']}")
+    if cli:
+        print(f"deltaberg validate: exit {cli[-1]['exit']}, version {cli[-1]['version']}, "
+              f"{cli[-1]['violations']} violations")
+    if peer:
+        print(f"peer: version {peer[-1]['version']}")
     for mode, error in errors.items():
         print(f"error: {mode}: {error}")
     return 0

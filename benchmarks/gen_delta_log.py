@@ -5,7 +5,10 @@ plus K stat columns cycling through long, double, string and timestamp), then ``
 actions spread over ``commits`` JSON commits (versions 1..commits). Every add carries
 partitionValues, size, modificationTime, dataChange and a ``stats`` JSON string with numRecords,
 minValues, maxValues and nullCount for all K columns. Optionally a classic (V1) Parquet checkpoint is
-written at the last version, with ``_last_checkpoint`` pointing at it.
+written at the last version, with ``_last_checkpoint`` pointing at it. With ``stats_struct`` the table sets
+``delta.checkpoint.writeStatsAsStruct`` and the checkpoint carries, as Delta writes it then, the stats also
+typed (``add.stats_parsed``) and the partition values typed (``add.partitionValues_parsed``), next to the
+JSON ``add.stats``.
 
 Everything is built column-at-a-time with numpy and pyarrow compute (no Python object per file), in
 chunks so that memory stays bounded for millions of files.
@@ -159,32 +162,53 @@ def _timestamps(ms: np.ndarray) -> pa.Array:
     return _fixed_width_strings(matrix)
 
 
-def _stats_pieces(rng: np.random.Generator, n: int, columns: list[tuple[str, str]]) -> list:
-    """Pieces (scalars and arrays) whose element-wise concatenation is the stats JSON of each row."""
+STATS_VALUE_TYPES = {"long": pa.int64(), "double": pa.float64(), "string": pa.string(),
+                     "timestamp": pa.timestamp("us", "UTC")}
+
+
+def stats_parsed_type(columns: list[tuple[str, str]]) -> pa.StructType:
+    """The type Delta gives ``add.stats_parsed`` for these stat columns."""
+    bounds = pa.struct([(name, STATS_VALUE_TYPES[typ]) for name, typ in columns])
+    return pa.struct([("numRecords", pa.int64()), ("minValues", bounds), ("maxValues", bounds),
+                      ("nullCount", pa.struct([(name, pa.int64()) for name, _ in columns]))])
+
+
+def _stats_pieces(rng: np.random.Generator, n: int, columns: list[tuple[str, str]]) -> tuple[list, pa.StructArray]:
+    """Pieces (scalars and arrays) whose element-wise concatenation is the stats JSON of each row, and the
+    same stats typed (the ``stats_parsed`` struct)."""
     num_records = rng.integers(1_000, 1_000_000, size=n)
     mins: list[list] = []
     maxs: list[list] = []
+    typed_mins: list[pa.Array] = []
+    typed_maxs: list[pa.Array] = []
     for _, typ in columns:
         if typ == "long":
             lo = rng.integers(-1_000_000_000, 1_000_000_000, size=n)
             hi = lo + rng.integers(0, 1_000_000, size=n)
             mins.append([_str(lo)])
             maxs.append([_str(hi)])
+            typed = [pa.array(lo), pa.array(hi)]
         elif typ == "double":
             lo = np.round(rng.uniform(-1e6, 1e6, size=n), 3)
             hi = np.round(lo + rng.uniform(0, 1e4, size=n), 3)
             mins.append([_str(lo)])
             maxs.append([_str(hi)])
+            typed = [pa.array(lo), pa.array(hi)]
         elif typ == "string":
             lo = rng.integers(0, 10_000_000, size=n)
             hi = lo + rng.integers(0, 10_000_000, size=n)
-            mins.append(['"', pc.utf8_lpad(_str(lo), 8, "0"), '"'])
-            maxs.append(['"', pc.utf8_lpad(_str(hi), 8, "0"), '"'])
-        else:  # timestamp
+            lo_s, hi_s = pc.utf8_lpad(_str(lo), 8, "0"), pc.utf8_lpad(_str(hi), 8, "0")
+            mins.append(['"', lo_s, '"'])
+            maxs.append(['"', hi_s, '"'])
+            typed = [lo_s, hi_s]
+        else:  # timestamp: the JSON has milliseconds, the struct the same instant in microseconds
             lo = BASE_TIME_MS + rng.integers(0, 365 * 86_400_000, size=n)
             hi = lo + rng.integers(0, 86_400_000, size=n)
             mins.append(['"', _timestamps(lo), '"'])
             maxs.append(['"', _timestamps(hi), '"'])
+            typed = [pa.array(v * 1000).cast(STATS_VALUE_TYPES["timestamp"]) for v in (lo, hi)]
+        typed_mins.append(typed[0])
+        typed_maxs.append(typed[1])
     pieces: list = ['{"numRecords":', _str(num_records)]
     for label, values in (("minValues", mins), ("maxValues", maxs)):
         pieces.append(f',"{label}":{{')
@@ -198,7 +222,14 @@ def _stats_pieces(rng: np.random.Generator, n: int, columns: list[tuple[str, str
         pieces.append(("," if i else "") + f'"{name}":')
         pieces.append(_str(null_counts[i]))
     pieces.append("}}")
-    return pieces
+    parsed_type = stats_parsed_type(columns)
+    children = [typed_mins, typed_maxs, [pa.array(c) for c in null_counts]]
+    parsed = pa.StructArray.from_arrays(
+        [pa.array(num_records), *(pa.StructArray.from_arrays(values, fields=list(parsed_type.field(i + 1).type))
+                                  for i, values in enumerate(children))],
+        fields=list(parsed_type),
+    )
+    return pieces, parsed
 
 
 def _concat(pieces: list) -> pa.Array:
@@ -214,9 +245,9 @@ def _chunk(rng: np.random.Generator, start: int, n: int, version: int, num_parti
                     _uuids(rng, n), ".c000.snappy.parquet"])
     size = rng.integers(1 << 20, 256 << 20, size=n)
     mtime = BASE_TIME_MS + version * 60_000 + rng.integers(0, 60_000, size=n)
-    pieces = _stats_pieces(rng, n, columns)
+    pieces, parsed = _stats_pieces(rng, n, columns)
     return {"path": path, "part": part, "size": pa.array(size), "modificationTime": pa.array(mtime),
-            "stats": _concat(pieces) if raw_stats else None, "stats_pieces": pieces}
+            "stats": _concat(pieces) if raw_stats else None, "stats_pieces": pieces, "stats_parsed": parsed}
 
 
 def _json_lines(chunk: dict[str, pa.Array]) -> pa.Buffer:
@@ -233,23 +264,34 @@ def _json_lines(chunk: dict[str, pa.Array]) -> pa.Buffer:
     return lines.buffers()[2][int(offsets[0]): int(offsets[-1])]
 
 
-def _add_struct(chunk: dict[str, pa.Array]) -> pa.StructArray:
+def checkpoint_schema(columns: list[tuple[str, str]] | None = None) -> pa.Schema:
+    """The checkpoint's schema; with ``columns`` (stats as a struct) ``add`` ends with
+    ``partitionValues_parsed`` and ``stats_parsed``, as Delta writes them under writeStatsAsStruct."""
+    if columns is None:
+        return CHECKPOINT_SCHEMA
+    add = pa.struct([*ADD_TYPE, ("partitionValues_parsed", pa.struct([(PARTITION_COLUMN, pa.string())])),
+                     ("stats_parsed", stats_parsed_type(columns))])
+    return pa.schema([f if f.name != "add" else pa.field("add", add) for f in CHECKPOINT_SCHEMA])
+
+
+def _add_struct(chunk: dict[str, pa.Array], add_type: pa.StructType) -> pa.StructArray:
     n = len(chunk["path"])
     partition_values = pa.MapArray.from_arrays(
         pa.array(np.arange(n + 1, dtype=np.int32)),
         pa.array(np.full(n, PARTITION_COLUMN, dtype=object), pa.string()),
         chunk["part"],
     )
-    return pa.StructArray.from_arrays(
-        [chunk["path"], partition_values, chunk["size"], chunk["modificationTime"], pa.array(np.ones(n, bool)),
-         chunk["stats"], pa.nulls(n, STRING_MAP)],
-        fields=list(ADD_TYPE),
-    )
+    children = [chunk["path"], partition_values, chunk["size"], chunk["modificationTime"], pa.array(np.ones(n, bool)),
+                chunk["stats"], pa.nulls(n, STRING_MAP)]
+    if add_type.num_fields > len(children):
+        partition_parsed = pa.StructArray.from_arrays([chunk["part"]], fields=list(add_type.field(7).type))
+        children += [partition_parsed, chunk["stats_parsed"]]
+    return pa.StructArray.from_arrays(children, fields=list(add_type))
 
 
-def _checkpoint_rows(columns: dict[str, pa.Array], n: int) -> pa.Table:
-    arrays = [columns.get(f.name, pa.nulls(n, f.type)) for f in CHECKPOINT_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=CHECKPOINT_SCHEMA)
+def _checkpoint_rows(columns: dict[str, pa.Array], n: int, schema: pa.Schema = CHECKPOINT_SCHEMA) -> pa.Table:
+    arrays = [columns.get(f.name, pa.nulls(n, f.type)) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 # -- generation -------------------------------------------------------------------------------------
@@ -266,6 +308,7 @@ def generate(
     seed: int = 0,
     overwrite: bool = False,
     workers: int = 2,
+    stats_struct: bool = False,
 ) -> dict:
     """Write the synthetic log at ``path`` and return a summary (also stored as ``_generated.json``)."""
     if commits < 1 or num_files < 0 or num_partitions < 1 or num_stat_columns < 0:
@@ -291,7 +334,7 @@ def generate(
         "schemaString": schema_string(num_stat_columns),
         "partitionColumns": [PARTITION_COLUMN],
         "createdTime": BASE_TIME_MS,
-        "configuration": {},
+        "configuration": {"delta.checkpoint.writeStatsAsStruct": "true"} if stats_struct else {},
     }
     commit0 = [
         {"commitInfo": {"timestamp": BASE_TIME_MS, "operation": "CREATE TABLE",
@@ -303,13 +346,16 @@ def generate(
 
     writer = None
     cp_path = log_dir / f"{commits:020d}.checkpoint.parquet"
+    cp_schema = checkpoint_schema(columns if stats_struct else None)
+    add_type = cp_schema.field("add").type
     if checkpoint:
-        writer = pq.ParquetWriter(cp_path, CHECKPOINT_SCHEMA, compression="snappy")
-        meta_row = dict(metadata, format={"provider": "parquet", "options": []}, configuration=[])
+        writer = pq.ParquetWriter(cp_path, cp_schema, compression="snappy")
+        meta_row = dict(metadata, format={"provider": "parquet", "options": []},
+                        configuration=list(metadata["configuration"].items()))
         writer.write_table(
             pa.Table.from_pylist(
                 [{"protocol": protocol}, {"metaData": meta_row}],
-                schema=CHECKPOINT_SCHEMA,
+                schema=cp_schema,
             )
         )
 
@@ -322,7 +368,7 @@ def generate(
         version, start, n = task
         rng = np.random.default_rng([seed, start])
         chunk = _chunk(rng, start, n, version, num_partitions, columns, raw_stats=writer is not None)
-        rows = _checkpoint_rows({"add": _add_struct(chunk)}, n) if writer is not None else None
+        rows = _checkpoint_rows({"add": _add_struct(chunk, add_type)}, n, cp_schema) if writer is not None else None
         return version, _json_lines(chunk), rows
 
     # Arrow compute releases the GIL: build the next chunks while this thread writes finished ones,
@@ -357,6 +403,7 @@ def generate(
         "num_partitions": num_partitions,
         "commits": commits,
         "checkpoint": checkpoint,
+        "stats_struct": stats_struct,
         "seed": seed,
         "version": commits,
     }
@@ -433,6 +480,7 @@ def is_generated(path: str | Path, **params) -> bool:
         found = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
+    found.setdefault("stats_struct", False)  # generations before the option never wrote stats_parsed
     return all(found.get(k) == v for k, v in params.items())
 
 
@@ -445,12 +493,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=10)
     parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="write a classic Parquet checkpoint at the last version (default: yes)")
+    parser.add_argument("--stats-struct", action=argparse.BooleanOptionalAction, default=False,
+                        help="also write the checkpoint's stats as a struct (add.stats_parsed), as Delta does with "
+                             "delta.checkpoint.writeStatsAsStruct (default: no)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2, help="threads building chunks (default: 2)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing _delta_log")
     args = parser.parse_args(argv)
     summary = generate(args.path, args.num_files, args.stat_columns, args.partitions, args.commits,
-                       args.checkpoint, seed=args.seed, overwrite=args.overwrite, workers=args.workers)
+                       args.checkpoint, seed=args.seed, overwrite=args.overwrite, workers=args.workers,
+                       stats_struct=args.stats_struct)
     print(json.dumps(summary))
     return 0
 

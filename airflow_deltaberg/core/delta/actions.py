@@ -7,16 +7,18 @@ actions (protocol, metaData, txn, domainMetadata, commitInfo, ...) are parsed as
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
+from airflow_deltaberg.core.delta.stats import conform
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -52,8 +54,8 @@ FILE_ACTIONS_SCHEMA = pa.schema(
 )
 _ACTION_COLUMNS = [f.name for f in FILE_ACTIONS_SCHEMA][2:]
 
-# What pyarrow is told about add/remove lines; partitionValues and tags have free keys, so they are
-# inferred (as structs) and turned into maps afterwards.
+# What pyarrow is told about add/remove lines when every field is typed (the strict parse); partitionValues
+# and tags have free keys, so they are inferred (as structs) and turned into maps afterwards.
 _JSON_FILE_ACTION = pa.struct(
     [
         ("path", pa.string()),
@@ -69,7 +71,14 @@ _JSON_FILE_ACTION = pa.struct(
     ]
 )
 _JSON_LINE_SCHEMA = pa.schema([("add", _JSON_FILE_ACTION), ("remove", _JSON_FILE_ACTION)])
+# The fields that (nearly) every add line has: the fast parse types only these and infers the others.
+# Naming absent optional fields (deletion vector, row tracking, ...) in the schema makes the reader null-fill
+# each of them row by row, which doubled the parse time of a 300k-add commit without stats.
+_COMMON_FIELDS = ("path", "size", "modificationTime", "dataChange", "stats")
+_MAP_FIELDS = ("partitionValues", "tags")
 _TAGS = b'"tags":{"'
+_MIN_BLOCK_SIZE = 1 << 20  # small blocks keep both reader threads busy on one big commit
+_GROUP_BYTES = 8 << 20  # small commits are parsed together up to about this size
 
 
 def _line_schema(partition_columns: Sequence[str] | None) -> pa.Schema:
@@ -79,6 +88,23 @@ def _line_schema(partition_columns: Sequence[str] | None) -> pa.Schema:
     values = pa.struct([(name, pa.string()) for name in partition_columns])
     action = pa.struct([*_JSON_FILE_ACTION, ("partitionValues", values)])
     return pa.schema([("add", action), ("remove", action)])
+
+
+def _fast_schema(
+    kinds: Sequence[str], partition_columns: Sequence[str] | None, maps: dict[tuple[str, str], list[str]]
+) -> pa.Schema:
+    """The common fields typed, free-key objects typed as string values where their keys are known."""
+    out = []
+    for kind in kinds:
+        fields = [_JSON_FILE_ACTION.field(name) for name in _COMMON_FIELDS]
+        for name in _MAP_FIELDS:
+            keys = maps.get((kind, name))
+            if keys is None and name == "partitionValues" and partition_columns is not None:
+                keys = list(partition_columns)
+            if keys is not None:
+                fields.append(pa.field(name, pa.struct([(k, pa.string()) for k in keys])))
+        out.append((kind, pa.struct(fields)))
+    return pa.schema(out)
 
 
 def partition_columns_of(other: Sequence[tuple[int, str, dict[str, Any]]]) -> list[str] | None:
@@ -95,7 +121,6 @@ def partition_columns_of(other: Sequence[tuple[int, str, dict[str, Any]]]) -> li
             names = names or []
             names.extend(c for c in columns if c not in names)
     return names
-_BLOCK_SIZE = 8 << 20
 
 
 @dataclass
@@ -112,49 +137,71 @@ def _empty_file_actions() -> pa.Table:
     return pa.Table.from_arrays([pa.nulls(0, f.type) for f in FILE_ACTIONS_SCHEMA], schema=FILE_ACTIONS_SCHEMA)
 
 
-_ADD = np.frombuffer(b'{"add"', np.uint8)
-_REMOVE = np.frombuffer(b'{"remove"', np.uint8)
+_ADD = b'{"add"'
+_REMOVE = b'{"remove"'
+_PREFIX = len(_REMOVE)
 
 
-def _matches(arr: np.ndarray, starts: np.ndarray, prefix: np.ndarray) -> np.ndarray:
-    out = np.ones(len(starts), dtype=bool)
-    for i, byte in enumerate(prefix):
-        out &= arr[starts + i] == byte
-    return out
+def _line_heads(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The first _PREFIX bytes of each line, as rows of a matrix. A line shorter than that reaches its newline
+    (or the data's last byte, a newline too), which no prefix contains, so it never matches one."""
+    return arr[np.minimum(starts[:, None] + np.arange(_PREFIX), len(arr) - 1)]
 
 
-def split_lines(data: bytes) -> tuple[bytes, int, list[tuple[int, bytes]]]:
-    """Separate add/remove lines from the other actions of one NDJSON log file.
+def _starts_with(heads: np.ndarray, prefix: bytes) -> np.ndarray:
+    return (heads[:, : len(prefix)] == np.frombuffer(prefix, np.uint8)).all(axis=1)
 
-    Returns the add/remove lines as one payload, their count, and the other lines with their line
-    numbers. Works on line starts with numpy, so a 300k-line commit costs no Python loop per line.
+
+@dataclass(frozen=True)
+class SplitLines:
+    """The lines of one NDJSON log file, separated into add/remove lines and the other actions."""
+
+    payload: bytes | memoryview  # the add/remove lines, each ending with a newline
+    n_file_lines: int
+    other: list[tuple[int, bytes]]  # (1-based line number, line) of every other non-blank line
+    kinds: tuple[str, ...] = ()  # which of "add", "remove" occur
+    longest: int = 0  # bytes of the longest add/remove line
+
+
+def split_lines(data: bytes) -> SplitLines:
+    """Separate add/remove lines from the other actions of one newline-terminated NDJSON log file.
+
+    Works on line starts with numpy, so a 300k-line commit costs no Python loop per line.
     """
-    if not data.strip():
-        return b"", 0, []
+    if not data or data.isspace():
+        return SplitLines(b"", 0, [])
     arr = np.frombuffer(data, np.uint8)
     newlines = np.flatnonzero(arr == 10)
     starts = np.concatenate(([0], newlines + 1))
     ends = np.concatenate((newlines, [len(data)]))
-    # Lines shorter than '{"remove"' cannot be file actions; give them to the careful path below.
-    long_enough = ends - starts >= len(_REMOVE)
-    safe_starts = np.where(long_enough, starts, 0)
-    is_file = long_enough & (_matches(arr, safe_starts, _ADD) | _matches(arr, safe_starts, _REMOVE))
+    # Lines that do not start exactly like this (e.g. with a blank) go to the careful path below.
+    heads = _line_heads(arr, starts)
+    is_add = _starts_with(heads, _ADD)
+    is_remove = _starts_with(heads, _REMOVE)
+    is_file = is_add | is_remove
+    file_rows = np.flatnonzero(is_file)
     other_rows = np.flatnonzero(~is_file)
     other: list[tuple[int, bytes]] = []
-    pieces: list[bytes] = []
-    cursor = 0
     for row in other_rows.tolist():
         line = data[starts[row] : ends[row]]
-        pieces.append(data[cursor : starts[row]])
-        cursor = ends[row] + 1
         if line.strip():
             other.append((row + 1, line))
-    if not other_rows.size:
-        payload = data
+    if not file_rows.size:
+        return SplitLines(b"", 0, other)
+    first, last = int(file_rows[0]), int(file_rows[-1])
+    view = memoryview(data)
+    if last - first + 1 == len(file_rows):
+        # The other actions come before or after the file actions (commitInfo, protocol, metaData): no copy.
+        payload: bytes | memoryview = view[starts[first] : ends[last] + 1]
     else:
-        pieces.append(data[cursor:])
-        payload = b"".join(pieces)
-    return payload, int(is_file.sum()), other
+        runs = np.flatnonzero(np.diff(file_rows) != 1)  # where a run of file lines ends
+        run_starts = np.concatenate(([first], file_rows[runs + 1]))
+        run_ends = np.concatenate((file_rows[runs], [last]))
+        payload = b"".join(view[starts[a] : ends[b] + 1] for a, b in zip(run_starts.tolist(), run_ends.tolist(),
+                                                                          strict=True))
+    kinds = tuple(k for k, mask in (("add", is_add), ("remove", is_remove)) if mask.any())
+    longest = int((ends - starts)[file_rows].max())
+    return SplitLines(payload, len(file_rows), other, kinds, longest)
 
 
 def read_json_actions(
@@ -169,9 +216,7 @@ def read_json_actions(
     ``partition_columns`` (physical names) lets the reader type partitionValues instead of inferring
     them; metaData actions inside ``files`` add to it.
     """
-    chunks: list[bytes] = []
-    versions: list[int] = []
-    counts: list[int] = []
+    splits: list[tuple[int, SplitLines]] = []
     other: list[tuple[int, str, dict[str, Any]]] = []
     for version, entry in files:
         try:
@@ -187,28 +232,25 @@ def read_json_actions(
                     table=table, version=version, file=storage.uri(entry.key),
                 )
             data += b"\n"
-        payload, n_file_lines, other_lines = split_lines(data)
-        for line_no, line in other_lines:
+        split = split_lines(data)
+        del data
+        for line_no, line in split.other:
             other.append((version, *_parse_other_action(line, line_no, storage, table, version, entry)))
-        if n_file_lines:
-            chunks.append(payload)
-            versions.append(version)
-            counts.append(n_file_lines)
+        if split.n_file_lines:
+            splits.append((version, split))
     found = partition_columns_of(other)
     if found is not None or partition_columns is not None:
         partition_columns = list(dict.fromkeys([*(partition_columns or []), *(found or [])]))
-    # Parse in groups of about _BLOCK_SIZE: small commits are joined (one reader call for many), big
+    # Parse in groups of about _GROUP_BYTES: small commits are joined (one reader call for many), big
     # ones are parsed on their own (no copy).
     tables = []
-    group: list[int] = []
+    group: list[tuple[int, SplitLines]] = []
     group_bytes = 0
-    for i, chunk in enumerate(chunks):
-        group.append(i)
-        group_bytes += len(chunk)
-        if group_bytes >= _BLOCK_SIZE or i == len(chunks) - 1:
-            tables.append(_parse_file_lines(storage, table, files, [chunks[j] for j in group],
-                                            [versions[j] for j in group], [counts[j] for j in group],
-                                            partition_columns))
+    for i, item in enumerate(splits):
+        group.append(item)
+        group_bytes += len(item[1].payload)
+        if group_bytes >= _GROUP_BYTES or i == len(splits) - 1:
+            tables.append(_parse_file_lines(storage, table, files, group, partition_columns))
             group, group_bytes = [], 0
     if not tables:
         return ActionBatch(_empty_file_actions(), other)
@@ -219,22 +261,30 @@ def _parse_file_lines(
     storage: Storage,
     table: str,
     files: Sequence[tuple[int, FileEntry]],
-    chunks: list[bytes],
-    versions: list[int],
-    counts: list[int],
+    group: list[tuple[int, SplitLines]],
     partition_columns: Sequence[str] | None,
 ) -> pa.Table:
-    payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    # Typed partitionValues and no tags: nothing to infer, which halves the parse time. Tags have free
-    # keys, so their presence switches to inference (other actions are already split off, so only
-    # add/remove objects are inferred).
+    payload = group[0][1].payload if len(group) == 1 else b"".join(s.payload for _, s in group)
+    n_rows = sum(s.n_file_lines for _, s in group)
+    kinds = [k for k in ("add", "remove") if any(k in s.kinds for _, s in group)]
+    longest = max(s.longest for _, s in group)
+    # A block must hold at least one whole line.
+    read_options = pj.ReadOptions(block_size=max(_MIN_BLOCK_SIZE, 1 << (2 * longest + 2).bit_length()))
+    version_col = from_numpy(np.repeat(np.asarray([v for v, _ in group], dtype=np.int64),
+                                       [s.n_file_lines for _, s in group]))
+    parsed = _fast_parse(payload, n_rows, kinds, partition_columns, read_options)
+    if parsed is not None:
+        try:
+            return _json_rows_to_file_actions(parsed, version_col)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # an inferred value does not fit its protocol type: the strict parse names the line
     # partitionValues stay typed (strings) even when tags force inference: inferred values that look like
     # dates would come back as timestamps.
-    infer = partition_columns is None or _TAGS in payload
+    infer = partition_columns is None or _TAGS in bytes(payload)
     try:
         parsed = pj.read_json(
             pa.BufferReader(payload),
-            read_options=pj.ReadOptions(block_size=_BLOCK_SIZE),
+            read_options=read_options,
             parse_options=pj.ParseOptions(
                 explicit_schema=_line_schema(partition_columns),
                 unexpected_field_behavior="infer" if infer else "ignore",
@@ -242,10 +292,77 @@ def _parse_file_lines(
         )
     except pa.ArrowInvalid as exc:
         _raise_bad_line(storage, table, files, exc)
-    if parsed.num_rows != sum(counts) or set(parsed.column_names) != {"add", "remove"}:
+    if parsed.num_rows != n_rows or set(parsed.column_names) != {"add", "remove"}:
         _raise_bad_line(storage, table, files, ValueError("the add/remove lines do not parse one row each"))
-    version_col = from_numpy(np.repeat(np.asarray(versions, dtype=np.int64), counts))
     return _json_rows_to_file_actions(parsed, version_col)
+
+
+def _fast_parse(
+    payload: bytes | memoryview, n_rows: int, kinds: Sequence[str], partition_columns: Sequence[str] | None,
+    read_options: pj.ReadOptions,
+) -> pa.Table | None:
+    """Parse with the common fields typed and the rest inferred; None when the result cannot be trusted
+    (a parse error, or an inferred type that does not fit the protocol), for the strict parse to redo."""
+    maps: dict[tuple[str, str], list[str]] = {}
+    for _ in range(2):
+        try:
+            parsed = pj.read_json(
+                pa.BufferReader(payload),
+                read_options=read_options,
+                parse_options=pj.ParseOptions(explicit_schema=_fast_schema(kinds, partition_columns, maps),
+                                              unexpected_field_behavior="infer"),
+            )
+        except pa.ArrowInvalid:
+            return None
+        if parsed.num_rows != n_rows or not set(parsed.column_names) <= {"add", "remove"}:
+            return None
+        retype = _maps_to_retype(parsed)
+        if not retype:
+            return parsed if _inferred_fields_fit(parsed) else None
+        if maps:
+            return None
+        # Inference turned some partition value or tag into a non-string (e.g. a date-like string into a
+        # timestamp): parse again with those keys typed as strings, so the values stay exactly as written.
+        maps = retype
+    return None
+
+
+def _maps_to_retype(parsed: pa.Table) -> dict[tuple[str, str], list[str]]:
+    out = {}
+    for kind in parsed.column_names:
+        action = parsed.schema.field(kind).type
+        for name in _MAP_FIELDS:
+            idx = action.get_field_index(name)
+            if idx < 0:
+                continue
+            typ = action.field(idx).type
+            if pa.types.is_struct(typ) and any(not (pa.types.is_string(f.type) or pa.types.is_null(f.type))
+                                               for f in typ):
+                out[(kind, name)] = [f.name for f in typ]
+    return out
+
+
+def _fits(found: pa.DataType, target: pa.DataType) -> bool:
+    """Whether an inferred JSON type converts to ``target`` without changing a value."""
+    if pa.types.is_null(found):
+        return True
+    if pa.types.is_struct(target):
+        return pa.types.is_struct(found) and all(
+            _fits(f.type, target.field(f.name).type) for f in found if target.get_field_index(f.name) >= 0
+        )
+    if pa.types.is_integer(target):
+        return pa.types.is_integer(found)
+    return found == target
+
+
+def _inferred_fields_fit(parsed: pa.Table) -> bool:
+    for kind in parsed.column_names:
+        for f in parsed.schema.field(kind).type:
+            if f.name in _COMMON_FIELDS or f.name in _MAP_FIELDS or f.name not in _ACTION_COLUMNS:
+                continue  # typed, converted to maps, or not kept
+            if not _fits(f.type, FILE_ACTIONS_SCHEMA.field(f.name).type):
+                return False
+    return True
 
 
 def _parse_other_action(
@@ -360,24 +477,34 @@ def _struct_to_map(arr: pa.Array | pa.ChunkedArray | None, n: int, keep_nulls: b
 
 
 def _json_rows_to_file_actions(parsed: pa.Table, version_col: pa.Array) -> pa.Table:
-    add = parsed.column("add").combine_chunks()
-    remove = parsed.column("remove").combine_chunks()
+    n = parsed.num_rows
+    none = pa.nulls(n, pa.struct([]))
+    add = parsed.column("add").combine_chunks() if "add" in parsed.column_names else none
+    remove = parsed.column("remove").combine_chunks() if "remove" in parsed.column_names else none
     is_add = add.is_valid()
-    n = len(add)
     is_add_np = to_numpy(is_add)
     columns: dict[str, pa.Array] = {"version": version_col, "is_add": is_add}
     for name in _ACTION_COLUMNS:
-        if name in ("partitionValues", "tags"):
+        if name in _MAP_FIELDS:
             a = _struct_to_map(_field_or_none(add, name), n, keep_nulls=name == "partitionValues")
             r = _struct_to_map(_field_or_none(remove, name), n, keep_nulls=name == "partitionValues")
         else:
             typ = FILE_ACTIONS_SCHEMA.field(name).type
-            a = _field_or_none(add, name)
-            r = _field_or_none(remove, name)
-            a = a if a is not None else pa.nulls(n, typ)
-            r = r if r is not None else pa.nulls(n, typ)
+            a = _as_type(_field_or_none(add, name), typ, n)
+            r = _as_type(_field_or_none(remove, name), typ, n)
         columns[name] = _choose(is_add_np, a, r)
     return pa.table(columns, schema=FILE_ACTIONS_SCHEMA)
+
+
+def _as_type(arr: pa.Array | None, typ: pa.DataType, n: int) -> pa.Array:
+    """A parsed (possibly inferred) field as its protocol type; raises ArrowInvalid when a value does not fit."""
+    if arr is None or pa.types.is_null(arr.type):
+        return pa.nulls(n, typ)
+    if arr.type == typ:
+        return arr
+    if typ == DV_TYPE:
+        return _normalize_dv(arr)
+    return arr.cast(typ)
 
 
 def _field_or_none(struct: pa.StructArray, name: str) -> pa.Array | None:
@@ -402,20 +529,43 @@ def _choose(is_add: np.ndarray, a: pa.Array, r: pa.Array) -> pa.Array:
 _FILE_KINDS = ("add", "remove")
 _OTHER_KINDS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
 CHECKPOINT_BATCH_ROWS = 131_072
+# Rows of JSON stats parsed at once: their strings (about 1.4 KB each for 20 columns) are held two or three
+# times over while parsed.
+_JSON_STATS_BATCH_ROWS = 32_768
 
 
-# Stats are the bulk of a checkpoint (often >90% of its bytes); they are read on demand, see
-# read_checkpoint_stats.
-_LAZY_FIELDS = ("stats", "stats_parsed")
+# A field every action of the kind has: where its column holds no value, the row group holds no such action.
+_KEY_FIELDS = {"add": "path", "remove": "path", "metaData": "id", "protocol": "minReaderVersion", "txn": "appId",
+               "domainMetadata": "domain", "checkpointMetadata": "version", "sidecar": "path"}
 
 
-def _projection(pf: pq.ParquetFile, with_stats: bool) -> list[str]:
+def _groups_holding(pf: pq.ParquetFile, kind: str) -> list[int]:
+    """Row groups that may hold a ``kind`` action, from the column chunk statistics (all when unknown).
+    A checkpoint of millions of adds has its few other actions in one row group: reading only that one
+    saves decoding millions of null metaData, protocol and remove rows."""
+    metadata = pf.metadata
+    leaf = f"{kind}.{_KEY_FIELDS[kind]}"
+    index = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == leaf), None)
+    groups = []
+    for g in range(metadata.num_row_groups):
+        chunk = metadata.row_group(g).column(index) if index is not None else None
+        stats = chunk.statistics if chunk is not None else None
+        if stats is None or not stats.has_null_count or stats.null_count < chunk.num_values:
+            groups.append(g)
+    return groups
+
+
+def _projection(pf: pq.ParquetFile, with_stats: bool, kinds: Sequence[str] = _FILE_KINDS) -> list[str]:
+    """The add/remove fields kept in FILE_ACTIONS_SCHEMA (e.g. not partitionValues_parsed). Stats only if
+    asked: they are the bulk of a checkpoint (often >90% of its bytes), read on demand by
+    iter_checkpoint_stats."""
+    wanted = set(_ACTION_COLUMNS) | {"stats_parsed"} if with_stats else set(_ACTION_COLUMNS) - {"stats"}
     columns = []
-    for kind in _FILE_KINDS:
+    for kind in kinds:
         if kind not in pf.schema_arrow.names:
             continue
         struct = pf.schema_arrow.field(kind).type
-        columns.extend(f"{kind}.{f.name}" for f in struct if with_stats or f.name not in _LAZY_FIELDS)
+        columns.extend(f"{kind}.{f.name}" for f in struct if f.name in wanted)
     return columns
 
 
@@ -443,14 +593,19 @@ def read_parquet_checkpoint_part(
     """
     pf = _open_part(storage, table, version, entry, sidecar)
     try:
-        available = set(pf.schema_arrow.names)
-        other_columns = [c for c in _OTHER_KINDS if c in available]
-        other = _other_actions(pf.read(columns=other_columns), version) if other_columns else []
-        file_columns = _projection(pf, with_stats)
+        groups = {kind: _groups_holding(pf, kind) for kind in (*_FILE_KINDS, *_OTHER_KINDS)
+                  if kind in pf.schema_arrow.names}
+        other_columns = [c for c in _OTHER_KINDS if groups.get(c)]
+        other_groups = sorted({g for c in other_columns for g in groups[c]})
+        other = []
+        if other_columns:
+            other = _other_actions(pf.read_row_groups(other_groups, columns=other_columns), version)
+        file_kinds = [k for k in _FILE_KINDS if groups.get(k)]
+        file_columns = _projection(pf, with_stats, file_kinds)
+        file_groups = sorted({g for k in file_kinds for g in groups[k]})
         pieces = []
         if file_columns:
-            for batch in pf.iter_batches(batch_size=CHECKPOINT_BATCH_ROWS, columns=file_columns,
-                                         use_threads=True):
+            for batch in _sliced_batches(storage, entry, pf, file_groups, file_columns):
                 pieces.extend(_batch_file_actions(batch, version))
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
@@ -458,32 +613,141 @@ def read_parquet_checkpoint_part(
     return ActionBatch(_concat_file_actions(pieces), other)
 
 
-def read_checkpoint_stats(
-    storage: Storage, table: str, version: int, entry: FileEntry, *, sidecar: bool = False
-) -> tuple[list[pa.Array], list[pa.Array] | None]:
-    """The ``stats`` (and ``stats_parsed`` when present) of the add actions of one Parquet checkpoint
-    part, in the order read_parquet_checkpoint_part returns those adds, as chunks."""
+def iter_checkpoint_stats(
+    storage: Storage,
+    table: str,
+    version: int,
+    entry: FileEntry,
+    target: pa.StructType,
+    parse_json: Callable[[pa.Array], pa.Array],
+    *,
+    sidecar: bool = False,
+) -> Iterator[pa.Array]:
+    """The stats of the add actions of one Parquet checkpoint part as ``target`` (a stats_type), chunk by
+    chunk, in the order read_parquet_checkpoint_part returns those adds.
+
+    ``add.stats_parsed`` (written under delta.checkpoint.writeStatsAsStruct) is read when the part has it,
+    and only its fields that ``target`` has; the JSON ``add.stats`` is read and given to ``parse_json`` only
+    where the struct is missing. One chunk at a time is in memory, never the whole part's JSON.
+    """
     pf = _open_part(storage, table, version, entry, sidecar)
     if "add" not in pf.schema_arrow.names:
-        return [], None
-    fields = {f.name for f in pf.schema_arrow.field("add").type}
-    columns = ["add.path", *[f"add.{name}" for name in _LAZY_FIELDS if name in fields]]
-    raw: list[pa.Array] = []
-    parsed: list[pa.Array] | None = [] if "stats_parsed" in fields else None
+        return
+    add_type = pf.schema_arrow.field("add").type
+    has_json = add_type.get_field_index("stats") >= 0
+    struct_columns = _stats_parsed_columns(add_type, target)
     try:
-        for batch in pf.iter_batches(batch_size=CHECKPOINT_BATCH_ROWS, columns=columns, use_threads=True):
-            add = batch.column("add")
-            if add.null_count == len(add):
-                continue
-            add = add.filter(add.is_valid()) if add.null_count else add
-            stats = _field_or_none(add, "stats")
-            raw.append(stats if stats is not None else pa.nulls(len(add), pa.string()))
-            if parsed is not None:
-                parsed.append(_field_or_none(add, "stats_parsed"))
+        # Runs of row groups that need the same columns, each read in one go (a reader per row group
+        # costs more than the reading on a checkpoint of many small row groups).
+        runs: list[tuple[bool, list[int]]] = []
+        for group in _groups_holding(pf, "add"):
+            needs_json = has_json and not (struct_columns and _struct_stats_complete(pf, group))
+            if runs and runs[-1][0] == needs_json:
+                runs[-1][1].append(group)
+            else:
+                runs.append((needs_json, [group]))
+        for needs_json, groups in runs:
+            columns = ["add.path", *struct_columns, *(["add.stats"] if needs_json else [])]
+            rows = _JSON_STATS_BATCH_ROWS if needs_json else CHECKPOINT_BATCH_ROWS
+            for batch in _sliced_batches(storage, entry, pf, groups, columns, rows):
+                add = batch.column("add")
+                if add.null_count == len(add):
+                    continue
+                yield _add_stats(add.filter(add.is_valid()) if add.null_count else add, target, parse_json)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
-    return raw, parsed
+
+
+def _sliced_batches(
+    storage: Storage, entry: FileEntry, pf: pq.ParquetFile, groups: list[int], columns: list[str],
+    batch_rows: int = CHECKPOINT_BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """Batches of ``columns`` from row groups ``groups``, through a fresh reader every few row groups.
+
+    A reader holds on to buffers of every row group it has read until it is dropped (about the decoded
+    size of the columns: 400 MB for the stats of 1M files), so one reader over a whole checkpoint would
+    double the peak memory.
+    """
+    metadata = pf.metadata
+    start = 0
+    while start < len(groups):
+        end, rows = start, 0
+        while end < len(groups) and (end == start or rows + metadata.row_group(groups[end]).num_rows <= 2 * batch_rows):
+            rows += metadata.row_group(groups[end]).num_rows
+            end += 1
+        fs, path = storage.arrow_path(entry.key)
+        reader = pq.ParquetFile(path, filesystem=fs, metadata=metadata)
+        yield from reader.iter_batches(batch_size=batch_rows, row_groups=groups[start:end],
+                                       columns=columns, use_threads=True)
+        del reader
+        start = end
+
+
+def _stats_parsed_columns(add_type: pa.StructType, target: pa.StructType) -> list[str]:
+    """Parquet column paths of the ``add.stats_parsed`` fields that ``target`` wants."""
+    idx = add_type.get_field_index("stats_parsed")
+    if idx < 0 or not pa.types.is_struct(add_type.field(idx).type):
+        return []
+    found = add_type.field(idx).type
+    out = []
+    for f in found:
+        name = STATS_STRUCT_ALIASES.get(f.name, f.name)
+        if target.get_field_index(name) < 0:
+            continue
+        if pa.types.is_struct(f.type) and pa.types.is_struct(target.field(name).type) and f.type.num_fields:
+            wanted = target.field(name).type
+            picked = [c.name for c in f.type if wanted.get_field_index(c.name) >= 0]
+            # No column wanted: one still tells whether the struct (e.g. minValues) is there, as the JSON does.
+            out.extend(f"add.stats_parsed.{f.name}.{c}" for c in picked or [f.type.field(0).name])
+        else:
+            out.append(f"add.stats_parsed.{f.name}")
+    return out
+
+
+def _struct_stats_complete(pf: pq.ParquetFile, group: int) -> bool:
+    """Whether every add of a row group has stats_parsed.numRecords (then its JSON stats are not needed),
+    from the column chunk statistics; False when they are missing."""
+    row_group = pf.metadata.row_group(group)
+    nulls = {}
+    for i in range(row_group.num_columns):
+        column = row_group.column(i)
+        if column.path_in_schema in ("add.path", "add.stats_parsed.numRecords"):
+            stats = column.statistics
+            if stats is None or not stats.has_null_count:
+                return False
+            nulls[column.path_in_schema] = stats.null_count
+    return len(nulls) == 2 and nulls["add.stats_parsed.numRecords"] == nulls["add.path"]
+
+
+def _add_stats(add: pa.StructArray, target: pa.StructType, parse_json: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    n = len(add)
+    struct = _field_or_none(add, "stats_parsed")
+    parsed = conform_stats(struct, target) if struct is not None else None
+    raw = _field_or_none(add, "stats")
+    if raw is None or raw.null_count == n:
+        return parsed if parsed is not None else pa.nulls(n, target)
+    if parsed is None:
+        return parse_json(raw)
+    missing = pc.and_(parsed.is_null(), raw.is_valid())
+    if not pc.any(missing).as_py():
+        return parsed
+    return pc.if_else(missing, parse_json(pc.if_else(missing, raw, pa.scalar(None, pa.string()))), parsed)
+
+
+# The protocol's checkpoint schema example names the null counts of stats_parsed "nullCounts"; Delta (and
+# the per-file stats JSON) call them "nullCount". Read both.
+STATS_STRUCT_ALIASES = {"nullCounts": "nullCount"}
+
+
+def conform_stats(struct: pa.Array, target: pa.StructType) -> pa.Array:
+    """A checkpoint's ``stats_parsed`` as ``target``: fields matched by name, missing ones null."""
+    if pa.types.is_struct(struct.type) and any(f.name in STATS_STRUCT_ALIASES for f in struct.type):
+        names = [STATS_STRUCT_ALIASES.get(f.name, f.name) for f in struct.type]
+        if len(set(names)) == len(names):
+            struct = pa.StructArray.from_arrays([struct.field(i) for i in range(len(names))], names=names,
+                                                mask=struct.is_null())
+    return conform(struct, target)
 
 
 def _batch_file_actions(batch: pa.RecordBatch | pa.Table, version: int) -> list[pa.Table]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -15,8 +16,8 @@ import pyarrow.compute as pc
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.actions import (
     ActionBatch,
+    iter_checkpoint_stats,
     partition_columns_of,
-    read_checkpoint_stats,
     read_json_actions,
     read_parquet_checkpoint_part,
 )
@@ -43,27 +44,21 @@ class CheckpointStats:
     version: int
     parts: list[tuple[FileEntry | None, int, bool]]  # (parquet file or None for JSON, adds, is_sidecar)
 
-    def load(self) -> tuple[list[pa.Array], list[pa.Array] | None]:
-        raw: list[pa.Array] = []
-        parsed: list[pa.Array] = []
-        any_parsed = False
+    def iter_chunks(self, target: pa.StructType, parse_json: Callable[[pa.Array], pa.Array]) -> Iterator[pa.Array]:
+        """The stats of every checkpoint add as ``target``, in order, a chunk at a time (see
+        iter_checkpoint_stats)."""
         for entry, n_adds, sidecar in self.parts:
             if entry is None:
-                raw.append(pa.nulls(n_adds, pa.string()))
-                parsed.append(None)  # type: ignore[arg-type]
+                yield pa.nulls(n_adds, target)
                 continue
-            part_raw, part_parsed = read_checkpoint_stats(self.storage, self.table, self.version, entry,
-                                                          sidecar=sidecar)
-            if sum(len(c) for c in part_raw) != n_adds:
+            seen = 0
+            for chunk in iter_checkpoint_stats(self.storage, self.table, self.version, entry, target, parse_json,
+                                               sidecar=sidecar):
+                seen += len(chunk)
+                yield chunk
+            if seen != n_adds:
                 raise CorruptLogError("the checkpoint changed while it was read", table=self.table,
                                       version=self.version, file=self.storage.uri(entry.key))
-            raw.extend(part_raw)
-            if part_parsed is None:
-                parsed.extend([None] * len(part_raw))  # type: ignore[list-item]
-            else:
-                any_parsed = True
-                parsed.extend(part_parsed)
-        return raw, (parsed if any_parsed else None)
 
 
 @dataclass
@@ -169,29 +164,31 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             file=storage.uri(segment.checkpoint.files[0].key if segment.checkpoint else LOG_DIR),
         )
     all_files = pa.concat_tables([b.file_actions for b in batches])
-    if all_files.num_rows > n_checkpoint_rows:
-        keep = _newest_per_logical_file(all_files)
+    # A checkpoint is already reconciled (one row per logical file): only keys the commits touch can repeat.
+    keep = _newest_per_logical_file(all_files, n_checkpoint_rows) if all_files.num_rows > n_checkpoint_rows else None
+    if keep is not None:
         # keep is ascending: a mask filter gives the same rows in the same order, chunk by chunk (no
         # concatenation of multi-GB string columns as take would do).
         mask = np.zeros(all_files.num_rows, dtype=bool)
-        mask[to_numpy(keep)] = True
+        mask[keep] = True
         all_files = all_files.filter(from_numpy(mask))
-        source_rows = keep
-    else:
-        # A checkpoint alone is already reconciled: one row per logical file.
-        source_rows = None
     is_add = all_files.column("is_add")
-    adds = all_files.filter(is_add)
-    removes = all_files.filter(pc.invert(is_add))
+    is_add_np = to_numpy(is_add)
+    if is_add_np.all():
+        adds, removes = all_files, all_files.slice(0, 0)
+    else:
+        adds = all_files.filter(is_add)
+        removes = all_files.filter(pc.invert(is_add))
     add_index = None
     if checkpoint_stats is not None:
         # Which checkpoint add each live file is: the checkpoint rows are the first rows of all_files.
         cp_is_add = to_numpy(batches[0].file_actions.column("is_add"))
         ordinal = np.cumsum(cp_is_add) - 1
-        if source_rows is None:
+        if keep is None and all_files.num_rows == n_checkpoint_rows:
             add_index = np.arange(int(cp_is_add.sum()))
         else:
-            add_rows = to_numpy(source_rows)[to_numpy(is_add)]
+            rows = keep if keep is not None else np.arange(all_files.num_rows)
+            add_rows = rows[is_add_np]
             from_cp = add_rows < n_checkpoint_rows
             add_index = np.where(from_cp, ordinal[np.where(from_cp, add_rows, 0)], -1)
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
@@ -221,27 +218,56 @@ def _commit_file_runs(segment: LogSegment) -> list[tuple[list[tuple[int, FileEnt
     return runs
 
 
-def _newest_per_logical_file(files: pa.Table) -> pa.Array:
-    """Row indices of the newest action for each (path, deletionVector.uniqueId), in log order."""
-    path = files.column("path").combine_chunks()
-    dv = files.column("deletionVector").combine_chunks()
+def _newest_per_logical_file(files: pa.Table, n_reconciled: int = 0) -> np.ndarray | None:
+    """Row indices (ascending) of the newest action for each (path, deletionVector.uniqueId), or None when
+    that is every row. The first ``n_reconciled`` rows (a checkpoint) hold each key at most once."""
+    if not n_reconciled:
+        return _last_of_each_key(_combined(_logical_keys(files)))
+    # Only checkpoint rows whose key the commits repeat can be superseded: look those up instead of hashing
+    # every checkpoint key.
+    tail = _combined(_logical_keys(files.slice(n_reconciled)))
+    head = _logical_keys(files.slice(0, n_reconciled))
+    hit = np.flatnonzero(to_numpy(pc.is_in(head, value_set=pc.unique(tail))))
+    candidates = np.concatenate([hit, np.arange(n_reconciled, files.num_rows)])
+    kept = _last_of_each_key(pa.concat_arrays([_combined(head.take(from_numpy(hit))), tail]))
+    if kept is None:
+        return None
+    keep = np.ones(files.num_rows, dtype=bool)
+    keep[candidates] = False
+    keep[candidates[kept]] = True
+    return np.flatnonzero(keep)
+
+
+def _combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def _logical_keys(files: pa.Table) -> pa.ChunkedArray:
+    """path plus the deletion vector's unique id, one string per row."""
+    path = files.column("path")
+    dv = files.column("deletionVector")
     if dv.null_count == len(dv):
-        key = path
-    else:
-        offset = dv.field("offset")
-        offset_str = pc.if_else(
-            offset.is_valid(), pc.binary_join_element_wise("@", offset.cast(pa.string()), ""), ""
-        )
-        uid = pc.binary_join_element_wise(dv.field("storageType"), dv.field("pathOrInlineDv"), offset_str, "")
-        uid = pc.if_else(dv.is_valid(), uid, "")
-        key = pc.binary_join_element_wise(path, uid, "\x00")
-    # Hash the keys to group ids, then keep the last row of each group. (No group_by: it pulls in
-    # pyarrow.dataset, whose import costs more than the whole replay of a mid-size log.)
-    group = to_numpy(pc.index_in(key, value_set=pc.unique(key)))
+        return path
+    offset = pc.struct_field(dv, "offset")
+    offset_str = pc.if_else(offset.is_valid(), pc.binary_join_element_wise("@", offset.cast(pa.string()), ""), "")
+    uid = pc.binary_join_element_wise(pc.struct_field(dv, "storageType"), pc.struct_field(dv, "pathOrInlineDv"),
+                                      offset_str, "")
+    uid = pc.if_else(dv.is_valid(), uid, "")
+    return pc.binary_join_element_wise(path, uid, "\x00")
+
+
+def _last_of_each_key(key: pa.Array) -> np.ndarray | None:
+    """Positions (ascending) of the last occurrence of each key, or None when no key repeats."""
+    # Hash the keys to group ids in one pass. (No group_by: it pulls in pyarrow.dataset, whose import
+    # costs more than the whole replay of a mid-size log.)
+    encoded = pc.dictionary_encode(key)
+    if len(encoded.dictionary) == len(key):
+        return None
+    group = to_numpy(encoded.indices)
     order = np.argsort(group, kind="stable")
     ordered = group[order]
     last = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
-    return from_numpy(np.sort(order[last]).astype(np.int64))
+    return np.sort(order[last]).astype(np.int64)
 
 
 def _source_file(storage: Storage, segment: LogSegment, version: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -15,7 +16,7 @@ from airflow_deltaberg.core.delta.log_segment import LogSegment
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
 from airflow_deltaberg.core.delta.replay import TableState
 from airflow_deltaberg.core.delta.schema import StructType
-from airflow_deltaberg.core.delta.stats import conform, parse_stats, stats_type
+from airflow_deltaberg.core.delta.stats import parse_stats, stats_type
 
 # Reader features whose log layout this engine reads. Others (e.g. catalogManaged, whose newest commits
 # may live only in a catalog) are refused rather than read wrongly.
@@ -109,34 +110,69 @@ class Snapshot:
     def files(self) -> pa.Table:
         """The live data files, one row each: path (as in the log, URI-encoded), partitionValues,
         size, modificationTime, dataChange, stats (the JSON as in the log; null for files listed by a
-        Parquet checkpoint, whose stats are read only into stats_parsed), stats_parsed, tags,
-        deletionVector, row tracking fields."""
-        adds = self.state.adds
-        columns = {name: adds.column(name) for name in FILE_COLUMNS if name != "stats_parsed"}
-        columns["stats_parsed"] = self._parsed_stats()
-        return pa.table({name: columns[name] for name in FILE_COLUMNS})
+        Parquet checkpoint, whose stats are read only into stats_parsed), stats_parsed (every column),
+        tags, deletionVector, row tracking fields."""
+        return self._files_table(self.parsed_stats())
 
-    def _parsed_stats(self) -> pa.ChunkedArray:
-        target = stats_type(self.schema)
+    def files_with_stats(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """``files`` with stats_parsed holding the bounds and null counts of ``columns`` only (logical
+        top-level names; ``[]``: numRecords and tightBounds only; None: every column, as ``files``).
+        Parsing only the columns a caller uses is several times cheaper on big tables."""
+        if columns is None:
+            return self.files
+        return self._files_table(self.parsed_stats(columns))
+
+    def _files_table(self, stats: pa.ChunkedArray) -> pa.Table:
+        adds = self.state.adds
+        return pa.table({name: stats if name == "stats_parsed" else adds.column(name) for name in FILE_COLUMNS})
+
+    def parsed_stats(self, columns: Sequence[str] | None = None) -> pa.ChunkedArray:
+        """The stats of the live files (``files`` row order) as ``stats_type(schema, columns)``: from the
+        stats JSON of the commits, and from the checkpoint's ``stats_parsed`` struct when it has one (else
+        its JSON). Read and parsed a chunk at a time."""
+        if columns is None and "files" in self.__dict__:
+            return self.files.column("stats_parsed")
+        schema = self.schema
+        target = stats_type(schema, columns)
+
+        def parse(chunk: pa.Array) -> pa.Array:
+            return parse_stats(chunk, schema, columns)
+
         raw = self.state.adds.column("stats")
-        # Chunk by chunk: the stats strings of millions of files exceed what one array can hold.
-        parsed = pa.chunked_array([parse_stats(c, self.schema) for c in raw.chunks], type=target)
         index = self.state.checkpoint_add_index
-        if self.state.checkpoint_stats is None or index is None or not (index >= 0).any():
-            return parsed
-        cp_raw, cp_parsed = self.state.checkpoint_stats.load()
+        checkpoint = self.state.checkpoint_stats
+        if checkpoint is None or index is None or not (index >= 0).any():
+            return pa.chunked_array(_in_slices(raw, parse), type=target)
+        # The live files from the checkpoint come first, in checkpoint order (replay keeps log order).
+        head = int(np.argmin(index >= 0)) if (index < 0).any() else len(index)
+        wanted = index[:head]
+        if (index[head:] >= 0).any() or (np.diff(wanted) <= 0).any():
+            return self._parsed_stats_any_order(target, parse)
         chunks = []
-        for i, chunk in enumerate(cp_raw):
-            from_json = parse_stats(chunk, self.schema)
-            if cp_parsed is not None and cp_parsed[i] is not None:
-                # Checkpoints may carry stats only as a struct (stats_parsed), or both.
-                struct = conform(cp_parsed[i], target)
-                from_json = pc.if_else(chunk.is_null(), struct, from_json)
-            chunks.append(from_json)
+        first = 0  # checkpoint add ordinal of the chunk's first row
+        for chunk in checkpoint.iter_chunks(target, parse):
+            lo, hi = np.searchsorted(wanted, [first, first + len(chunk)])
+            if hi - lo == len(chunk):
+                chunks.append(chunk)
+            elif hi > lo:
+                chunks.append(chunk.take(from_numpy(wanted[lo:hi] - first)))
+            first += len(chunk)
         from_checkpoint = pa.chunked_array(chunks, type=target)
-        identity = len(index) == len(from_checkpoint) == len(parsed) and bool((index == np.arange(len(index))).all())
-        if identity and raw.null_count == len(raw):
-            return from_checkpoint
+        head_raw = raw.slice(0, head)
+        if head_raw.null_count < head:
+            # JSON checkpoint sources keep their stats in the file table.
+            parsed = pa.chunked_array(_in_slices(head_raw, parse), type=target)
+            from_checkpoint = pc.if_else(head_raw.is_valid(), parsed, from_checkpoint)
+        tail = _in_slices(raw.slice(head), parse)
+        return pa.chunked_array([*from_checkpoint.chunks, *tail], type=target)
+
+    def _parsed_stats_any_order(self, target: pa.StructType, parse: Callable[[pa.Array], pa.Array]) -> pa.ChunkedArray:
+        """parsed_stats for any order of checkpoint rows among the live files (holds every checkpoint stat)."""
+        raw = self.state.adds.column("stats")
+        index = self.state.checkpoint_add_index
+        assert index is not None and self.state.checkpoint_stats is not None
+        parsed = pa.chunked_array(_in_slices(raw, parse), type=target)
+        from_checkpoint = pa.chunked_array(list(self.state.checkpoint_stats.iter_chunks(target, parse)), type=target)
         mask = index < 0
         taken = from_checkpoint.take(from_numpy(np.where(mask, 0, index).astype(np.int64), mask=mask))
         return pc.if_else(raw.is_null(), taken, parsed)
@@ -149,11 +185,21 @@ class Snapshot:
     @property
     def num_records(self) -> int | None:
         """Total rows from the files' stats, or None when a file lacks numRecords."""
-        counts = self.files.column("stats_parsed").combine_chunks().field("numRecords")
+        counts = pc.struct_field(self.parsed_stats([]), "numRecords")
         if counts.null_count:
             return None
         total = int(pc.sum(counts).as_py() or 0)
-        dv = self.files.column("deletionVector").combine_chunks()
+        dv = self.state.adds.column("deletionVector").combine_chunks()
         if dv.null_count < len(dv):
             total -= int(pc.sum(dv.field("cardinality")).as_py() or 0)
         return total
+
+
+_STATS_SLICE_ROWS = 65_536
+
+
+def _in_slices(raw: pa.ChunkedArray, parse: Callable[[pa.Array], pa.Array]) -> list[pa.Array]:
+    """``parse`` over ``raw`` a slice at a time: the parser holds a slice's JSON several times over, and a
+    chunk read from one big commit can hold the stats of a million files."""
+    return [parse(chunk.slice(start, _STATS_SLICE_ROWS)) for chunk in raw.chunks
+            for start in range(0, len(chunk), _STATS_SLICE_ROWS)]

@@ -1,12 +1,15 @@
 """Per-file statistics: the Arrow type of parsed stats for a schema, and columnar parsing of the JSON.
 
-Stats are keyed by physical column names (as Delta writes them under column mapping).
+Stats are keyed by physical column names (as Delta writes them under column mapping). Both functions take
+the (logical, top-level) columns whose bounds and null counts are wanted: parsing fewer columns is much
+cheaper, since the reader converts only the values it keeps.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
-from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructType
+from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructField, StructType
 
 _INTS = {"byte", "short", "integer", "long"}
 
@@ -43,9 +46,9 @@ def _value_type(t: PrimitiveType) -> pa.DataType | None:
     return None  # binary, variant, void, geospatial: no min/max in Delta stats
 
 
-def _bounds_type(schema: StructType) -> pa.StructType:
+def _bounds_type(schema_fields: Sequence[StructField]) -> pa.StructType:
     fields = []
-    for f in schema.fields:
+    for f in schema_fields:
         t = _bounds_field_type(f.type)
         if t is not None:
             fields.append(pa.field(f.physical_name, t))
@@ -54,32 +57,35 @@ def _bounds_type(schema: StructType) -> pa.StructType:
 
 def _bounds_field_type(t: DataType) -> pa.DataType | None:
     if isinstance(t, StructType):
-        inner = _bounds_type(t)
+        inner = _bounds_type(t.fields)
         return inner if inner.num_fields else None
     if isinstance(t, PrimitiveType):
         return _value_type(t)
     return None
 
 
-def _null_count_type(schema: StructType) -> pa.StructType:
+def _null_count_type(schema_fields: Sequence[StructField]) -> pa.StructType:
     fields = []
-    for f in schema.fields:
+    for f in schema_fields:
         if isinstance(f.type, StructType):
-            fields.append(pa.field(f.physical_name, _null_count_type(f.type)))
+            fields.append(pa.field(f.physical_name, _null_count_type(f.type.fields)))
         else:
             fields.append(pa.field(f.physical_name, pa.int64()))
     return pa.struct(fields)
 
 
-def stats_type(schema: StructType) -> pa.StructType:
-    """The Arrow type of a parsed ``stats`` value for a table schema."""
-    bounds = _bounds_type(schema)
+def stats_type(schema: StructType, columns: Sequence[str] | None = None) -> pa.StructType:
+    """The Arrow type of a parsed ``stats`` value for a table schema: numRecords, tightBounds, and minValues,
+    maxValues and nullCount for every column, or only for ``columns`` (logical top-level names; ``[]`` for
+    none). Raises KeyError for a name that is not a column."""
+    fields = schema.fields if columns is None else [schema.field(name) for name in dict.fromkeys(columns)]
+    bounds = _bounds_type(fields)
     return pa.struct(
         [
             ("numRecords", pa.int64()),
             ("minValues", bounds),
             ("maxValues", bounds),
-            ("nullCount", _null_count_type(schema)),
+            ("nullCount", _null_count_type(fields)),
             ("tightBounds", pa.bool_()),
         ]
     )
@@ -113,9 +119,9 @@ def conform(arr: pa.Array, target: pa.DataType) -> pa.Array:
         return pa.nulls(len(arr), target)
 
 
-def parse_stats(stats: pa.Array, schema: StructType) -> pa.StructArray:
-    """Parse a column of stats JSON strings (nulls allowed) into ``stats_type(schema)``."""
-    target = stats_type(schema)
+def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | None = None) -> pa.StructArray:
+    """Parse a column of stats JSON strings (nulls allowed) into ``stats_type(schema, columns)``."""
+    target = stats_type(schema, columns)
     n = len(stats)
     if n == 0:
         return pa.nulls(0, target)
