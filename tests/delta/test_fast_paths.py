@@ -320,3 +320,35 @@ def test_parse_stats_for_some_columns_only(tmp_path):
     assert pc.sum(pc.struct_field(counts_only, "numRecords")).as_py() == 80 == snap.num_records
     with pytest.raises(KeyError):
         stats_type(snap.schema, ["no such column"])
+
+
+def test_stats_with_nan_bounds_keep_exact_decimals_and_timestamps() -> None:
+    """Delta on Spark writes NaN and Infinity float bounds as JSON strings, which the columnar reader refuses for a
+    double column; the rows of that batch are parsed one by one, and must keep every other bound exact."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from airflow_deltaberg.core.delta.schema import parse_type
+    from airflow_deltaberg.core.delta.stats import parse_stats
+
+    schema = parse_type({"type": "struct", "fields": [
+        {"name": "f", "type": "double", "nullable": True, "metadata": {}},
+        {"name": "dec", "type": "decimal(38,10)", "nullable": True, "metadata": {}},
+        {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}},
+        {"name": "ntz", "type": "timestamp_ntz", "nullable": True, "metadata": {}},
+    ]})
+    stats = pa.array([
+        '{"numRecords":2,"minValues":{"f":"NaN","dec":-1.5,"ts":"2020-01-01T00:00:00.123+01:00",'
+        '"ntz":"2020-01-01T00:00:00.5"},"maxValues":{"f":"Infinity","dec":12345678901234567890.0123456789,'
+        '"ts":"2020-01-01T00:00:00.5Z","ntz":"2021-01-01T00:00:00"},"nullCount":{"f":0,"dec":0,"ts":0,"ntz":0}}',
+        '{"numRecords":1,"minValues":{"f":1.5,"dec":0},"maxValues":{"f":2.5,"dec":0},"nullCount":{"f":0}}',
+    ])
+    parsed = parse_stats(stats, schema).to_pylist()
+    first, second = parsed
+    assert first["minValues"]["f"] is None and first["maxValues"]["f"] is None  # NaN / Infinity: no bound
+    assert first["maxValues"]["dec"] == Decimal("12345678901234567890.0123456789")
+    assert first["minValues"]["dec"] == Decimal("-1.5")
+    assert first["minValues"]["ts"] == dt.datetime(2019, 12, 31, 23, 0, 0, 123000, tzinfo=dt.timezone.utc)
+    assert first["maxValues"]["ts"] == dt.datetime(2020, 1, 1, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    assert first["minValues"]["ntz"] == dt.datetime(2020, 1, 1, 0, 0, 0, 500000)
+    assert (second["minValues"]["f"], second["maxValues"]["f"], second["numRecords"]) == (1.5, 2.5, 1)

@@ -7,9 +7,11 @@ cheaper, since the reader converts only the values it keeps.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -143,9 +145,10 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
             [table.column(f.name).combine_chunks() for f in parse_type], fields=list(parse_type)
         )
     except pa.ArrowInvalid:
-        # Rare values the columnar reader refuses (e.g. "NaN" bounds): parse row by row, and drop
-        # such a bound rather than guess it.
-        rows = [_sanitize(json.loads(s), parse_type) for s in present.to_pylist()]
+        # Rare values the columnar reader refuses (e.g. NaN or Infinity float bounds): parse row by row,
+        # numbers as exact decimals (a float would move a decimal bound below or above its value), and drop
+        # such a float bound rather than guess it.
+        rows = [_sanitize(json.loads(s, parse_float=Decimal), parse_type) for s in present.to_pylist()]
         parsed = pa.array(rows, parse_type)
     result = conform(parsed, target)
     if stats.null_count:
@@ -175,7 +178,7 @@ def _sanitize(value: Any, t: pa.DataType) -> Any:
     if pa.types.is_integer(t):
         return value if isinstance(value, int) and not isinstance(value, bool) else None
     if pa.types.is_floating(t):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
         return None
     if pa.types.is_boolean(t):
@@ -183,10 +186,25 @@ def _sanitize(value: Any, t: pa.DataType) -> Any:
     if pa.types.is_string(t):
         return value if isinstance(value, str) else None
     if pa.types.is_decimal(t):
-        return None if isinstance(value, bool) or not isinstance(value, (int, float, str)) else _decimal(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
+            return None
+        return _decimal(value)
     if pa.types.is_timestamp(t):
-        return None  # the columnar reader parses valid timestamps; a value it refused is unusable
+        return _timestamp(value, utc=t.tz is not None)
     return None
+
+
+def _timestamp(value: Any, *, utc: bool) -> dt.datetime | None:
+    """A timestamp stat as Delta writes it (ISO 8601; with an offset for timestamp, without for timestamp_ntz)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if utc:
+        return parsed.astimezone(dt.timezone.utc) if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.replace(tzinfo=None) if parsed.tzinfo is None else None
 
 
 def _decimal(value: Any) -> Any:
