@@ -186,22 +186,7 @@ class DeltaToIcebergOperator(BaseOperator):
         return result.to_dict()
 
     def _emit_asset_event(self, context: Context, result: ConversionResult) -> None:
-        extra: dict[str, Any] = {
-            "table": result.table,
-            "mode": result.mode,
-            "delta_version": result.delta_version,
-            "snapshot_id": result.snapshot_id,
-            "metadata_location": result.metadata_location,
-            "records": result.records,
-        }
-        if result.identifier is not None:
-            extra["identifier"] = result.identifier
-            extra["catalog_name"] = self.catalog_name
-        if self.table_asset is not None:
-            context["outlet_events"][self.table_asset].extra = extra
-        elif self.asset_alias is not None:
-            asset = Asset(uri=table_asset_uri(self.table_uri, self.catalog_name, result.identifier))
-            context["outlet_events"][self.asset_alias].add(asset, extra=extra)
+        emit_asset_event(self, context, result)
 
     def _failure_message(self, exc: DeltabergError, version: int | None) -> str:
         """The error's message, naming the table and version when the error does not already."""
@@ -209,6 +194,26 @@ class DeltaToIcebergOperator(BaseOperator):
         if self.table_uri not in str(exc):
             message += f" (table {self.table_uri}, {_where(version)})"
         return message
+
+
+def emit_asset_event(task: Any, context: Context, result: ConversionResult) -> None:
+    """Record the conversion on the task's Iceberg table Asset (or on its alias, when the table is templated)."""
+    extra: dict[str, Any] = {
+        "table": result.table,
+        "mode": result.mode,
+        "delta_version": result.delta_version,
+        "snapshot_id": result.snapshot_id,
+        "metadata_location": result.metadata_location,
+        "records": result.records,
+    }
+    if result.identifier is not None:
+        extra["identifier"] = result.identifier
+        extra["catalog_name"] = task.catalog_name
+    if task.table_asset is not None:
+        context["outlet_events"][task.table_asset].extra = extra
+    elif task.asset_alias is not None:
+        asset = Asset(uri=table_asset_uri(task.table_uri, task.catalog_name, result.identifier))
+        context["outlet_events"][task.asset_alias].add(asset, extra=extra)
 
 
 def _is_template(value: Any) -> bool:

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
 from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
-from airflow_deltaberg.operators.convert import _is_template, _summary_line, table_asset_uri
+from airflow_deltaberg.operators.convert import _is_template, _summary_line, emit_asset_event, table_asset_uri
 from airflow_deltaberg.operators.validate import _parse_version
 
 
@@ -248,22 +248,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         raise AirflowFailException(message) from cause
 
     def _emit_asset_event(self, context: Context, result: ConversionResult) -> None:
-        extra: dict[str, Any] = {
-            "table": result.table,
-            "mode": result.mode,
-            "delta_version": result.delta_version,
-            "snapshot_id": result.snapshot_id,
-            "metadata_location": result.metadata_location,
-            "records": result.records,
-        }
-        if result.identifier is not None:
-            extra["identifier"] = result.identifier
-            extra["catalog_name"] = self.catalog_name
-        if self.table_asset is not None:
-            context["outlet_events"][self.table_asset].extra = extra
-        elif self.asset_alias is not None:
-            asset = Asset(uri=table_asset_uri(self.table_uri, self.catalog_name, result.identifier))
-            context["outlet_events"][self.asset_alias].add(asset, extra=extra)
+        emit_asset_event(self, context, result)
 
 
 def _remove(location: str) -> None:
