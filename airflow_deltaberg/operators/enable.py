@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -138,9 +139,16 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         # A local master runs the driver and the Python workers here: they need this interpreter (and its
         # packages, airflow_deltaberg included), not whatever `python3` is on PATH.
         master = (BaseHook.get_connection(self.spark_conn_id).host or "") if self.spark_conn_id else ""
-        if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
-            return {"PYSPARK_PYTHON": sys.executable}
-        return None
+        if not master.startswith("local"):
+            return None
+        env: dict[str, str] = {}
+        if "PYSPARK_PYTHON" not in os.environ:
+            env["PYSPARK_PYTHON"] = sys.executable
+        # As the regenerate operator does: pyspark's own spark-submit, beside this interpreter, when none is on PATH.
+        beside = os.path.dirname(sys.executable)
+        if shutil.which("spark-submit") is None and os.path.isfile(os.path.join(beside, "spark-submit")):
+            env["PATH"] = f"{beside}{os.pathsep}{os.environ.get('PATH', '')}"
+        return env or None
 
     def _submit_rewrite(self, location: str, read_version: int, storage_options: Mapping[str, Any] | None
                         ) -> tuple[int, dict[str, Any]]:
