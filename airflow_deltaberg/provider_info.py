@@ -31,7 +31,11 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "hook-class-name": "airflow_deltaberg.hooks.storage.DeltaStorageHook",
                 "connection-type": "deltaberg",
-            }
+            },
+            {
+                "hook-class-name": "airflow_deltaberg.hooks.catalog.IcebergCatalogHook",
+                "connection-type": "iceberg_catalog",
+            },
         ],
         "operators": [
             {

@@ -62,6 +62,7 @@ class IcebergCatalogHook(BaseHook):
 
     conn_name_attr = "catalog_conn_id"
     default_conn_name = "deltaberg_catalog_default"
+    conn_type = "iceberg_catalog"
     hook_name = "Iceberg catalog (pyiceberg properties)"
 
     def __init__(self, catalog_conn_id: str | None = default_conn_name, **kwargs: Any) -> None:

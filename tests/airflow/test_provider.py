@@ -22,7 +22,7 @@ def test_entry_point_gives_provider_info() -> None:
     hook_modules = [m for hook in info["hooks"] for m in hook["python-modules"]]
     for module in hook_modules:
         __import__(module)
-    assert {c["connection-type"] for c in info["connection-types"]} == {"deltaberg"}
+    assert {c["connection-type"] for c in info["connection-types"]} == {"deltaberg", "iceberg_catalog"}
 
 
 def test_provider_info_lists_the_operator_and_notifiers() -> None:
@@ -91,6 +91,7 @@ def test_airflow_cli_lists_the_hooks_sensor_trigger_and_notifiers() -> None:
     hooks = {h["connection_type"]: h for h in listed["hooks"]}
     assert hooks["deltaberg"]["class"] == "airflow_deltaberg.hooks.storage.DeltaStorageHook"
     assert hooks["deltaberg"]["package_name"] == "airflow-deltaberg"
+    assert hooks["iceberg_catalog"]["class"] == "airflow_deltaberg.hooks.catalog.IcebergCatalogHook"
     triggers = {t["class"]: t for t in listed["triggers"]}
     assert triggers["airflow_deltaberg.triggers.delta_commit"]["package_name"] == "airflow-deltaberg"
     notifiers = {n["notification_class_name"] for n in listed["notifications"]}
