@@ -305,15 +305,14 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
     manifests = list(tip.state.manifests)
     add_locations = data_file_locations(storage, adds.column("path").combine_chunks())
     removed_locations = data_file_locations(storage, removes.column("path").combine_chunks())
-    kept_in_place = pc.is_in(add_locations, removed_locations)
     if removes.num_rows:
         gone = removed_locations.filter(pc.invert(pc.is_in(removed_locations, add_locations)))
         if len(gone):
             manifests = _remove_entries(storage, manifests, gone, plan, content=0)
         manifests = _remove_entries(storage, manifests, removed_locations, plan, content=1)
     if adds.num_rows:
-        entries = file_entries(storage, plan, adds)
-        new_data = entries.data.filter(pc.invert(kept_in_place))
+        entries = file_entries(storage, plan, adds)  # in partition and path order, not the commit's
+        new_data = entries.data.filter(pc.invert(pc.is_in(entries.data.column("file_path"), removed_locations)))
         if new_data.num_rows:
             manifests += write_entry_manifests(storage, plan, new_data)
         if entries.deletes is not None:
