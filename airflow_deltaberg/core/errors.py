@@ -5,6 +5,8 @@ Every message names the table, and where it applies the version and the file at 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DeltabergError(Exception):
     """Base of every error raised by airflow_deltaberg.core."""
@@ -74,3 +76,18 @@ class CommitConflictError(DeltaError):
 
 class TableDefinitionError(DeltaError):
     """A table cannot be created as asked (location taken, schema, partitioning or properties not allowed)."""
+
+
+def error_document(error: BaseException, *, retryable: bool) -> dict[str, Any]:
+    """How a Spark application reports a failure in its ``--result-file``: ``{"error": {type, message, table,
+    version, file, retryable}}`` (table, version and file from a DeltaError, else null)."""
+    return {
+        "error": {
+            "type": type(error).__name__,
+            "message": str(error),
+            "table": getattr(error, "table", None),
+            "version": getattr(error, "version", None),
+            "file": getattr(error, "file", None),
+            "retryable": retryable,
+        }
+    }

@@ -139,22 +139,12 @@ class DeltaToIcebergOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             version = _parse_version(self.version)
-            identifier = self.identifier or None
-            if identifier is not None and not isinstance(identifier, str):
-                raise ValueError(f"identifier must be a string, not {type(identifier).__name__}")
-            if self.catalog_config is not None and not isinstance(self.catalog_config, Mapping):
-                raise ValueError(
-                    f"catalog_config must render to a mapping, not {type(self.catalog_config).__name__} "
-                    "(a template of the whole dict needs the DAG's render_template_as_native_obj=True)"
-                )
+            identifier = checked_catalog_arguments(self.identifier, self.catalog_config)
         except ValueError as exc:
             raise AirflowFailException(f"DeltaToIcebergOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
-        catalog_config = None
-        if identifier is not None:
-            catalog_config = IcebergCatalogHook(catalog_conn_id=self.catalog_conn_id).catalog_properties(
-                self.catalog_config
-            )
+        catalog_config = catalog_properties(self.catalog_conn_id, self.catalog_config, identifier)
+        if catalog_config is not None:
             self.log.info(
                 "Converting %s at %s to Iceberg, registered as %s in catalog %r %s",
                 self.table_uri, _where(version), identifier, self.catalog_name, masked_properties(catalog_config),
@@ -194,6 +184,28 @@ class DeltaToIcebergOperator(BaseOperator):
         if self.table_uri not in str(exc):
             message += f" (table {self.table_uri}, {_where(version)})"
         return message
+
+
+def checked_catalog_arguments(identifier: Any, catalog_config: Any) -> str | None:
+    """The rendered identifier (None when empty); ValueError for a non-string identifier or a catalog_config
+    that did not render to a mapping."""
+    identifier = identifier or None
+    if identifier is not None and not isinstance(identifier, str):
+        raise ValueError(f"identifier must be a string, not {type(identifier).__name__}")
+    if catalog_config is not None and not isinstance(catalog_config, Mapping):
+        raise ValueError(
+            f"catalog_config must render to a mapping, not {type(catalog_config).__name__} "
+            "(a template of the whole dict needs the DAG's render_template_as_native_obj=True)"
+        )
+    return identifier
+
+
+def catalog_properties(catalog_conn_id: str | None, catalog_config: Mapping[str, Any] | None,
+                       identifier: str | None) -> dict[str, Any] | None:
+    """The catalog properties (connection extra, then ``catalog_config``), or None when nothing is registered."""
+    if identifier is None:
+        return None
+    return IcebergCatalogHook(catalog_conn_id=catalog_conn_id).catalog_properties(catalog_config)
 
 
 def emit_asset_event(task: Any, context: Context, result: ConversionResult) -> None:

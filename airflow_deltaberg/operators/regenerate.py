@@ -19,9 +19,16 @@ from airflow.sdk import Asset, AssetAlias, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
-from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
+from airflow_deltaberg.hooks.catalog import masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
-from airflow_deltaberg.operators.convert import _is_template, _summary_line, emit_asset_event, table_asset_uri
+from airflow_deltaberg.operators.convert import (
+    _is_template,
+    _summary_line,
+    catalog_properties,
+    checked_catalog_arguments,
+    emit_asset_event,
+    table_asset_uri,
+)
 from airflow_deltaberg.operators.validate import _parse_version
 
 
@@ -163,22 +170,11 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             start, target = version_bounds(self.version, self.version_range)
-            identifier = self.identifier or None
-            if identifier is not None and not isinstance(identifier, str):
-                raise ValueError(f"identifier must be a string, not {type(identifier).__name__}")
-            if self.catalog_config is not None and not isinstance(self.catalog_config, Mapping):
-                raise ValueError(
-                    f"catalog_config must render to a mapping, not {type(self.catalog_config).__name__} "
-                    "(a template of the whole dict needs the DAG's render_template_as_native_obj=True)"
-                )
+            identifier = checked_catalog_arguments(self.identifier, self.catalog_config)
         except ValueError as exc:
             raise AirflowFailException(f"DeltaIcebergRegenerateOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
-        catalog_config = None
-        if identifier is not None:
-            catalog_config = IcebergCatalogHook(catalog_conn_id=self.catalog_conn_id).catalog_properties(
-                self.catalog_config
-            )
+        catalog_config = catalog_properties(self.catalog_conn_id, self.catalog_config, identifier)
         commits = f"Delta commits {start}..{target}" if start is not None else (
             "the latest version" if target is None else f"version {target}")
         self.log.info("Regenerating the Iceberg metadata of %s up to %s with Spark%s", self.table_uri, commits,

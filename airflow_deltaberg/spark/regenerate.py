@@ -39,7 +39,7 @@ from airflow_deltaberg.core.delta.actions import DV_TYPE, STRING_MAP
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import conform, parse_stats, stats_type
-from airflow_deltaberg.core.errors import DeltabergError, DeltaError
+from airflow_deltaberg.core.errors import DeltabergError, DeltaError, error_document
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, _info_from_json, _info_to_json
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS, SnapshotPlan, write_file_manifests
@@ -215,19 +215,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def error_document(error: BaseException) -> dict[str, Any]:
+def failure_document(error: BaseException) -> dict[str, Any]:
     """The ``--result-file`` content of a failed run. Unexpected (non-core) errors are retryable: a Spark
     executor lost or out of memory may well pass on the next try."""
-    return {
-        "error": {
-            "type": type(error).__name__,
-            "message": str(error),
-            "table": getattr(error, "table", None),
-            "version": getattr(error, "version", None),
-            "file": getattr(error, "file", None),
-            "retryable": bool(error.retryable) if isinstance(error, DeltabergError) else True,
-        }
-    }
+    return error_document(error, retryable=bool(error.retryable) if isinstance(error, DeltabergError) else True)
 
 
 def _write_result(location: str | None, document: Mapping[str, Any]) -> None:
@@ -253,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         document = result.to_dict()
     except Exception as exc:
-        document = error_document(exc)
+        document = failure_document(exc)
         code = EXIT_ERROR
         _write_result(args.result_file, document)
         if not isinstance(exc, DeltabergError):

@@ -19,13 +19,13 @@ from airflow_deltaberg.core.compat.data_rules import (
     partition_values_materialized,
     timestamps_int64,
 )
-from airflow_deltaberg.core.compat.enable_schema import nested_slots, writer_compat_schema
+from airflow_deltaberg.core.compat.enable_schema import writer_compat_schema
 from airflow_deltaberg.core.compat.feature_rules import ALLOWED_FEATURES, ALLOWED_IF_INACTIVE, IDENTITY_KEYS
 from airflow_deltaberg.core.compat.model import CheckContext, Finding, Level
 from airflow_deltaberg.core.compat.schema_rules import COLLATIONS_KEY, MAX_COLUMN_ID, V2_PRIMITIVES
 from airflow_deltaberg.core.compat.validate import validate_snapshot
 from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
-from airflow_deltaberg.core.delta.schema import PrimitiveType
+from airflow_deltaberg.core.delta.schema import PrimitiveType, nested_slots
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.errors import DeltaError

@@ -3,7 +3,6 @@ byte/short widened to integer."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from airflow_deltaberg.core.delta.schema import (
     PrimitiveType,
     StructField,
     StructType,
+    nested_slots,
 )
 
 #: Where nested ids are written: the key Delta on Spark reads and writes, keyed by the field's physical name.
@@ -35,20 +35,6 @@ class SchemaChanges:
     widened: list[str] = field(default_factory=list)  # byte/short -> integer
     nested_ids_assigned: list[str] = field(default_factory=list)
     nested_ids_rekeyed: list[str] = field(default_factory=list)  # kept, stored under a new key
-
-
-def nested_slots(t: DataType, prefix: str = "") -> Iterator[tuple[str, DataType]]:
-    """``.element`` / ``.key`` / ``.value`` suffixes (chained for nested arrays/maps) of the slots below a
-    field, down to the next struct, with each slot's type."""
-    if isinstance(t, ArrayType):
-        key = f"{prefix}.element"
-        yield key, t.element_type
-        yield from nested_slots(t.element_type, key)
-    elif isinstance(t, MapType):
-        for part, child in (("key", t.key_type), ("value", t.value_type)):
-            key = f"{prefix}.{part}"
-            yield key, child
-            yield from nested_slots(child, key)
 
 
 class _Ids:

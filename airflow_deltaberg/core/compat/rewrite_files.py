@@ -430,16 +430,7 @@ def result_document(result: RewriteResult | None = None, error: BaseException | 
     if result is not None:
         return {"result": result.to_dict()}
     assert error is not None
-    return {
-        "error": {
-            "type": type(error).__name__,
-            "message": str(error),
-            "table": getattr(error, "table", None),
-            "version": getattr(error, "version", None),
-            "file": getattr(error, "file", None),
-            "retryable": bool(getattr(error, "retryable", False)),
-        }
-    }
+    return errors.error_document(error, retryable=bool(getattr(error, "retryable", False)))
 
 
 def result_from_document(document: Mapping[str, Any]) -> RewriteResult:

@@ -22,6 +22,7 @@ from airflow_deltaberg.core.delta.schema import (
     PrimitiveType,
     StructField,
     StructType,
+    nested_slots,
 )
 
 MAX_COLUMN_ID = "delta.columnMapping.maxColumnId"
@@ -115,22 +116,9 @@ def max_column_id(ctx: CheckContext) -> Iterator[Finding]:
                       property_location(MAX_COLUMN_ID))
 
 
-def _nested_slots(t: DataType, prefix: str) -> Iterator[tuple[str, DataType]]:
-    """Keys of the array elements and map keys/values below a field, down to the next struct."""
-    if isinstance(t, ArrayType):
-        key = f"{prefix}.element"
-        yield key, t.element_type
-        yield from _nested_slots(t.element_type, key)
-    elif isinstance(t, MapType):
-        for part, child in (("key", t.key_type), ("value", t.value_type)):
-            key = f"{prefix}.{part}"
-            yield key, child
-            yield from _nested_slots(child, key)
-
-
 def nested_ids_present(ctx: CheckContext) -> Iterator[Finding]:
     for path, f in ctx.schema.walk():
-        for key, _ in _nested_slots(f.type, ""):
+        for key, _ in nested_slots(f.type):
             if f.nested_id(key) is None:
                 yield Finding(
                     f"no nested id for {f.name}{key} (delta.columnMapping.nested.ids / parquet.field.nested.ids)",
@@ -142,7 +130,7 @@ def nested_ids_unique(ctx: CheckContext) -> Iterator[Finding]:
     column_ids = {f.column_mapping_id: p for p, f in ctx.schema.walk() if f.column_mapping_id is not None}
     seen: dict[int, str] = {}
     for path, f in ctx.schema.walk():
-        for key, _ in _nested_slots(f.type, ""):
+        for key, _ in nested_slots(f.type):
             nid = f.nested_id(key)
             if nid is None:
                 continue
@@ -161,7 +149,7 @@ def _types(schema: StructType) -> Iterator[tuple[tuple[str, ...], DataType, Stru
     """Every type in the schema with the path of its field (element/key/value slots included)."""
     for path, f in schema.walk():
         yield path, f.type, f
-        for key, t in _nested_slots(f.type, ""):
+        for key, t in nested_slots(f.type):
             yield (*path, key.lstrip(".")), t, f
 
 

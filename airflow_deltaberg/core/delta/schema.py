@@ -248,3 +248,17 @@ def parse_schema(schema_string: str) -> StructType:
     if not isinstance(schema, StructType):
         raise SchemaError("the table schema must be a struct")
     return schema
+
+
+def nested_slots(t: DataType, prefix: str = "") -> Iterator[tuple[str, DataType]]:
+    """``.element`` / ``.key`` / ``.value`` suffixes (chained for nested arrays/maps) of the slots below a
+    field, down to the next struct, with each slot's type: the keys of Delta's nested ids."""
+    if isinstance(t, ArrayType):
+        key = f"{prefix}.element"
+        yield key, t.element_type
+        yield from nested_slots(t.element_type, key)
+    elif isinstance(t, MapType):
+        for part, child in (("key", t.key_type), ("value", t.value_type)):
+            key = f"{prefix}.{part}"
+            yield key, child
+            yield from nested_slots(child, key)
