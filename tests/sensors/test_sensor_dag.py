@@ -53,8 +53,11 @@ def task_states(dag_id: str, task_id: str) -> list[str]:
 
 class WhenWaiting:
     """Runs ``action`` in a thread once the sensor task of ``dag_id`` is waiting on the path of ``mode`` (its
-    first check found nothing): running for a few poke intervals (poke), up for reschedule, or deferred (also
-    seen as queued again after running: dag.test() queues the task before it runs the trigger in line)."""
+    first check found nothing): running for a few poke intervals (poke), up for reschedule, or deferred.
+
+    dag.test() runs the trigger in line, and the deferred state may stay in its uncommitted session for the
+    whole wait, so in deferrable mode the trigger's own checks are watched too: a check that found nothing to
+    wait for counts as ``deferred``."""
 
     def __init__(self, dag_id: str, mode: str, action: Callable[[], None], poke_interval: float = 0.3):
         self.dag_id, self.mode, self.action, self.poke_interval = dag_id, mode, action, poke_interval
@@ -66,6 +69,8 @@ class WhenWaiting:
         airflow.models.import_all_models()
         configure_mappers()
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self._trigger_waited = threading.Event()
+        self._unpatch: Callable[[], None] | None = None
 
     @property
     def waited(self) -> bool:
@@ -73,9 +78,28 @@ class WhenWaiting:
         return self._waiting()
 
     def _waiting(self) -> bool:
-        if self.mode == "deferrable" and "running" in self.seen and self.seen[-1] == "queued":
+        if self.mode == "deferrable" and self._trigger_waited.is_set():
             return True
         return bool(WAITING_STATES[self.mode] & set(self.seen))
+
+    def _watch_trigger(self) -> None:
+        from airflow_deltaberg.triggers.delta_commit import WAITING, DeltaCommitTrigger
+
+        check = DeltaCommitTrigger._check
+        waited = self._trigger_waited
+
+        def watched(trigger: DeltaCommitTrigger, storage: Any) -> dict[str, Any]:
+            payload = check(trigger, storage)
+            if payload["status"] == WAITING:
+                waited.set()
+            return payload
+
+        DeltaCommitTrigger._check = watched  # type: ignore[method-assign]
+
+        def unpatch() -> None:
+            DeltaCommitTrigger._check = check  # type: ignore[method-assign]
+
+        self._unpatch = unpatch
 
     def _run(self) -> None:
         deadline = time.monotonic() + 180
@@ -92,11 +116,15 @@ class WhenWaiting:
         self.action()
 
     def __enter__(self) -> WhenWaiting:
+        if self.mode == "deferrable":
+            self._watch_trigger()
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.thread.join(timeout=200)
+        if self._unpatch is not None:
+            self._unpatch()
         assert not self.thread.is_alive()
 
 
