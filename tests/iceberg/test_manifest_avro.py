@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pytest
 from pyiceberg.conversions import to_bytes
@@ -38,8 +39,10 @@ from pyiceberg.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     NestedField,
     StringType,
+    StructType,
     TimestampType,
     TimestamptzType,
     TimeType,
@@ -767,3 +770,60 @@ def test_empty_manifest_and_empty_manifest_list(tmp_path: Path) -> None:
     list_path = tmp_path / "l.avro"
     write_manifest_list(str(list_path), [], SNAPSHOT, None, LIST_SEQ)
     assert list(read_manifest_list(PyArrowFileIO().new_input(str(list_path)))) == []
+
+
+def _keyed_columns_as_list_rows(struct: pa.StructArray, row_valid: list[bool]) -> list[Any]:
+    """The struct-per-key form of a map as Python list rows, keys in child order, absent values left out."""
+    rows = struct.to_pylist()
+    return [
+        [{"key": int(k), "value": v} for k, v in row.items() if v is not None] if ok else None
+        for row, ok in zip(rows, row_valid, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_maps_given_as_one_child_per_key_encode_like_lists(seed: int) -> None:
+    """Bounds and counts kept as struct children per field id (fixed-width, uneven and long values, nulls, null
+    map rows, rows with no entry) encode to the same bytes as the same maps as list<struct<key, value>>."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    keys = [3, 7, 70, 1000, 90_000]
+
+    def nulls(p: float) -> np.ndarray:
+        return rng.random(n) < p
+
+    def fixed(width: int) -> pa.Array:
+        data = pa.py_buffer(rng.integers(0, 256, n * width, np.uint8).tobytes())
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, data])
+
+    def uneven(longest: int) -> pa.Array:
+        return pa.array([bytes(rng.integers(0, 256, int(rng.integers(0, longest)), np.uint8)) for _ in range(n)])
+
+    children = [fixed(8), uneven(40), uneven(3), pa.array([bytes(200)] * n), fixed(4)]
+    children = [_with_nulls(c, nulls(p)) for c, p in zip(children, (0.3, 0.5, 0.1, 0.9, 1.0), strict=True)]
+    counts = pa.StructArray.from_arrays(
+        [_with_nulls(pa.array(rng.integers(-(2**40), 2**40, n), pa.int64()), nulls(p)) for p in (0.2, 0.0, 0.7)],
+        names=["1", "2", "300"])
+    row_valid = ~nulls(0.2)
+    bounds = pa.StructArray.from_arrays(children, names=[str(k) for k in keys], mask=pa.array(~row_valid))
+
+    map_type = MapType(10, IntegerType(), 11, BinaryType(), value_required=True)
+    optional_values = MapType(12, IntegerType(), 13, LongType(), value_required=False)
+    struct = StructType(
+        NestedField(1, "bounds", map_type, required=False),
+        NestedField(2, "counts", optional_values, required=True),
+    )
+    as_struct = encode_rows(struct, {"bounds": bounds, "counts": counts}, n)
+    as_lists = encode_rows(struct, {
+        "bounds": pa.array(_keyed_columns_as_list_rows(bounds, list(row_valid)),
+                           pa.list_(pa.struct([("key", pa.int32()), ("value", pa.binary())]))),
+        "counts": pa.array(_keyed_columns_as_list_rows(counts, [True] * n), KV_LONG),
+    }, n)
+    assert as_struct.equals(as_lists)
+    decoded = [fastavro.schemaless_reader(io.BytesIO(row), avro_schema(struct, "r")) for row in as_struct.to_pylist()]
+    assert decoded[0]["counts"] == [{"key": i["key"], "value": i["value"]}
+                                    for i in _keyed_columns_as_list_rows(counts, [True] * n)[0]]
+
+
+def _with_nulls(values: pa.Array, null: np.ndarray) -> pa.Array:
+    return pc.if_else(pa.array(null), pa.scalar(None, values.type), values)

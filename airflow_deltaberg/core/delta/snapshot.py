@@ -114,6 +114,13 @@ class Snapshot:
         tags, deletionVector, row tracking fields."""
         return self._files_table(self.parsed_stats())
 
+    def read_files(self) -> pa.Table:
+        """``files`` read anew and not kept by the snapshot: for one pass over a big table, whose caller can
+        let go of the stats as soon as it is done with them."""
+        if "files" in self.__dict__:
+            return self.files
+        return self._files_table(self.parsed_stats())
+
     def files_with_stats(self, columns: Sequence[str] | None = None) -> pa.Table:
         """``files`` with stats_parsed holding the bounds and null counts of ``columns`` only (logical
         top-level names; ``[]``: numRecords and tightBounds only; None: every column, as ``files``).

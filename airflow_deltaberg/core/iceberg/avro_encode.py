@@ -22,6 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+try:
+    from isal import isal_zlib
+except ImportError:  # a platform without isal wheels: zlib writes the same format, slower
+    isal_zlib = None
+
 MAGIC = b"Obj\x01"
 CODECS = ("null", "deflate")
 _MAX_OFFSET = 2**31 - 1
@@ -188,6 +193,8 @@ class RowBuilder:
 
     def slot(self, slot: Slot, active: np.ndarray | None = None) -> None:
         """Add a slot; rows where ``active`` is False get none of its bytes."""
+        if active is not None and active.all():
+            active = None  # full slots need no mask when compacted
         if active is not None:
             lens = slot.lens
             if lens is None:
@@ -249,8 +256,14 @@ class _Writable(Protocol):
 
 
 def deflate(payload: bytes | memoryview, level: int) -> bytes:
-    """Raw RFC 1951 deflate (no zlib header or checksum), as Avro's deflate codec stores blocks."""
-    compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    """Raw RFC 1951 deflate (no zlib header or checksum), as Avro's deflate codec stores blocks.
+
+    ISA-L when installed (its levels are 0-3: higher zlib levels use its 3), else zlib.
+    """
+    if isal_zlib is not None:
+        compressor = isal_zlib.compressobj(min(level, 3), isal_zlib.DEFLATED, -isal_zlib.MAX_WBITS)
+    else:
+        compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
     return compressor.compress(payload) + compressor.flush()
 
 

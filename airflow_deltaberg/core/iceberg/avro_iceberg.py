@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -43,7 +44,7 @@ from airflow_deltaberg.core.iceberg.arrow_values import (
     int_values,
     validity,
 )
-from airflow_deltaberg.core.iceberg.avro_encode import RowBuilder, binary_from_offsets, binary_parts
+from airflow_deltaberg.core.iceberg.avro_encode import RowBuilder, binary_from_offsets, binary_parts, encode_long
 
 # Byte strings of one common length up to this size are laid out in slots (no per-row join); others are joined
 # as Arrow columns (C++ copies beat numpy gathers and masks for uneven lengths).
@@ -211,6 +212,8 @@ def _encode_value(b: RowBuilder, t: IcebergType, col: pa.Array, valid: np.ndarra
         b.matrix(little_endian[:, size - 1 :: -1], valid)  # low bytes, most significant first
     elif isinstance(t, ListType):
         _encode_array(b, col, valid, lambda ib, values: _encode_field(ib, t.element_field, values))
+    elif isinstance(t, MapType) and pa.types.is_struct(col.type):
+        _encode_keyed_columns(b, t, col, valid)
     elif isinstance(t, MapType):
         _encode_array(b, col, valid, lambda ib, values: _encode_map_entries(ib, t, values))
     else:
@@ -218,6 +221,12 @@ def _encode_value(b: RowBuilder, t: IcebergType, col: pa.Array, valid: np.ndarra
 
 
 def _encode_bytes(b: RowBuilder, col: pa.Array, valid: np.ndarray | None) -> None:
+    if pa.types.is_fixed_size_binary(col.type):
+        width = col.type.byte_width
+        b.const(encode_long(width), valid)
+        if width:
+            b.matrix(fixed_bytes(col, width), valid)
+        return
     arr = as_binary(col)
     offsets, data = binary_parts(arr)
     lens = np.diff(offsets)
@@ -231,6 +240,31 @@ def _encode_bytes(b: RowBuilder, col: pa.Array, valid: np.ndarray | None) -> Non
         b.matrix(np.frombuffer(data, np.uint8, count=start + n * width)[start:].reshape(n, width), valid)
     else:
         b.body(arr.fill_null(b"") if arr.null_count else arr)
+
+
+def _encode_keyed_columns(b: RowBuilder, t: MapType, col: pa.StructArray, valid: np.ndarray | None) -> None:
+    """A map of int keys given as one struct child per key (named by the key, null where the row has none):
+    the Avro array of the present entries, encoded a child at a time instead of an entry at a time."""
+    if not isinstance(t.key_type, IntegerType):
+        raise TypeError(f"a map given as struct children needs int keys, not {t.key_type}")
+    children = [col.field(i) for i in range(col.type.num_fields)]
+    present = []
+    for child in children:
+        child_valid = validity(child)
+        here = np.ones(b.n, bool) if child_valid is None else child_valid
+        present.append(here if valid is None else here & valid)
+    counts = np.sum(present, axis=0, dtype=np.int64) if present else np.zeros(b.n, np.int64)
+    b.long(counts, counts > 0, nonnegative=True)
+    for field, child, here in zip(col.type, children, present, strict=True):
+        if not here.any():
+            continue
+        if valid is not None and child.null_count != b.n - int(here.sum()):
+            child = pc.if_else(pa.array(here), child, pa.scalar(None, child.type))  # no bytes for null maps
+        b.const(encode_long(int(field.name)), here)
+        if not t.value_required:
+            b.const(b"\x02", here)
+        _encode_value(b, t.value_type, child, here)
+    b.const(b"\x00", valid)
 
 
 def _encode_map_entries(b: RowBuilder, t: MapType, entries: pa.Array) -> None:

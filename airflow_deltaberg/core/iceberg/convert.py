@@ -229,7 +229,7 @@ ManifestWriter = Callable[[Storage, SnapshotPlan, Snapshot], list[ManifestRecord
 
 
 def _write_in_process(storage: Storage, plan: SnapshotPlan, snapshot: Snapshot) -> list[ManifestRecord]:
-    return write_file_manifests(storage, plan, snapshot.files)
+    return write_file_manifests(storage, plan, snapshot.read_files())
 
 
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: _Tip, *,

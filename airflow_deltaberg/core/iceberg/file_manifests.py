@@ -70,8 +70,14 @@ def with_parsed_stats(files: pa.Table, metadata: Metadata) -> pa.Table:
 def file_entries(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileEntries:
     """Entries for Delta files (columns path, partitionValues, size, stats or stats_parsed, deletionVector), in
     partition and path order."""
+    files = _entry_inputs(files)
+    return _entries_in_order(storage, plan, files.take(_pruning_order(files, plan)))
+
+
+def _entries_in_order(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileEntries:
+    """Entries for ``files`` in their order."""
     metadata = plan.metadata
-    files = _sorted_for_pruning(with_parsed_stats(files, metadata), metadata, plan.spec)
+    files = with_parsed_stats(files, metadata)
     data = entries_for_files(files, metadata, plan.converted, plan.spec, storage, table=plan.table,
                              snapshot_id=plan.snapshot_id, sequence_number=plan.sequence_number)
     deletes = None
@@ -91,18 +97,23 @@ def file_entries(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileE
     return FileEntries(data, deletes)
 
 
-_ENTRY_INPUTS = ("path", "partitionValues", "size", "stats_parsed", "deletionVector")
+_ENTRY_INPUTS = ("path", "partitionValues", "size", "stats", "stats_parsed", "deletionVector")
 
 
-def _sorted_for_pruning(files: pa.Table, metadata: Metadata, spec: PartitionSpec) -> pa.Table:
-    """Files ordered by partition values then path, so each manifest covers a narrow partition range (readers
-    prune whole manifests by their partition summaries) and a narrow path range (removals rewrite few).
+def _entry_inputs(files: pa.Table) -> pa.Table:
+    # The JSON stats are only needed where no parsed ones are there.
+    wanted = [c for c in _ENTRY_INPUTS if c in files.column_names]
+    if "stats_parsed" in wanted and "stats" in wanted:
+        wanted.remove("stats")
+    return files.select(wanted)
 
-    The files are sorted before their entries exist: taking rows of flat stats columns costs a fraction of
-    taking rows of the entries' lists of bounds. Partition values sort as their Delta strings, which groups
-    equal values, all a manifest's summary needs.
-    """
-    files = files.select([c for c in _ENTRY_INPUTS if c in files.column_names])
+
+def _pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
+    """Row order of ``files`` by partition values then path, so each manifest covers a narrow partition range
+    (readers prune whole manifests by their partition summaries) and a narrow path range (removals rewrite
+    few). Partition values sort as their Delta strings, which groups equal values, all a manifest's summary
+    needs."""
+    metadata, spec = plan.metadata, plan.spec
     physical = {f.name: f.physical_name for f in metadata.schema.fields} \
         if metadata.column_mapping_mode in ("name", "id") else {}
     keys: dict[str, pa.Array] = {}
@@ -111,8 +122,12 @@ def _sorted_for_pruning(files: pa.Table, metadata: Metadata, spec: PartitionSpec
         for i, pf in enumerate(spec.fields):
             keys[f"k{i}"] = pc.map_lookup(values, physical.get(pf.name, pf.name), "first")
     keys["path"] = files.column("path")
-    order = pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending", "at_start") for k in keys])
-    return files.take(order)
+    return pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending", "at_start") for k in keys])
+
+
+def _write_manifest(storage: Storage, plan: SnapshotPlan, entries: pa.Table, content: str) -> ManifestRecord:
+    return write_manifest_record(storage, entries, plan.converted.schema, plan.spec, plan.snapshot_id,
+                                 plan.sequence_number, content=content)
 
 
 def write_entry_manifests(storage: Storage, plan: SnapshotPlan, entries: pa.Table, *, content: str = "data",
@@ -121,23 +136,38 @@ def write_entry_manifests(storage: Storage, plan: SnapshotPlan, entries: pa.Tabl
     the compression release the GIL for most of their work)."""
     slices = [entries.slice(offset, rows_per_manifest) for offset in range(0, entries.num_rows, rows_per_manifest)]
     if len(slices) <= 1:
-        return [write_manifest_record(storage, part, plan.converted.schema, plan.spec, plan.snapshot_id,
-                                      plan.sequence_number, content=content) for part in slices]
+        return [_write_manifest(storage, plan, part, content) for part in slices]
     with ThreadPoolExecutor(max_workers=MANIFEST_WRITERS) as pool:
-        return list(pool.map(
-            lambda part: write_manifest_record(storage, part, plan.converted.schema, plan.spec, plan.snapshot_id,
-                                               plan.sequence_number, content=content),
-            slices,
-        ))
+        return list(pool.map(lambda part: _write_manifest(storage, plan, part, content), slices))
 
 
 def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, *,
                          rows_per_manifest: int = MANIFEST_ROWS) -> list[ManifestRecord]:
-    """Manifests (data, then deletes) adding ``files`` in the snapshot of ``plan``."""
-    entries = file_entries(storage, plan, files)
-    records = write_entry_manifests(storage, plan, entries.data, rows_per_manifest=rows_per_manifest)
-    if entries.deletes is not None:
-        records += write_entry_manifests(storage, plan, entries.deletes, content="deletes",
+    """Manifests (data, then deletes) adding ``files`` in the snapshot of ``plan``.
+
+    The files are put in pruning order once; then each manifest's share is taken, turned into entries and
+    written on its own, two at a time: no table of every entry is ever in memory, and the takes, the stats
+    parsing and the encoding of two manifests run side by side (they release the GIL for most of their work).
+    """
+    # Takes of a few rows from each of many chunks cost several times one copy into a single chunk (and a
+    # caller that passed its only reference frees the chunks here).
+    files = _entry_inputs(files).combine_chunks()
+    order = _pruning_order(files, plan)
+
+    def write(offset: int) -> tuple[ManifestRecord, pa.Table | None]:
+        entries = _entries_in_order(storage, plan, files.take(order.slice(offset, rows_per_manifest)))
+        return _write_manifest(storage, plan, entries.data, "data"), entries.deletes
+
+    offsets = range(0, files.num_rows, rows_per_manifest)
+    if len(offsets) <= 1:
+        written = [write(offset) for offset in offsets]
+    else:
+        with ThreadPoolExecutor(max_workers=MANIFEST_WRITERS) as pool:
+            written = list(pool.map(write, offsets))
+    records = [record for record, _ in written]
+    deletes = [d for _, d in written if d is not None]
+    if deletes:
+        records += write_entry_manifests(storage, plan, pa.concat_tables(deletes), content="deletes",
                                          rows_per_manifest=rows_per_manifest)
     return records
 

@@ -23,8 +23,6 @@ from airflow_deltaberg.core.iceberg.single_value import serialize_bounds
 
 STRING_PREFIX_PROPERTY = "delta.dataSkippingStringPrefixLength"
 DEFAULT_STRING_PREFIX = 32
-KV_INT64 = pa.list_(pa.struct([("key", pa.int32()), ("value", pa.int64())]))
-KV_BINARY = pa.list_(pa.struct([("key", pa.int32()), ("value", pa.binary())]))
 
 
 @dataclass(frozen=True)
@@ -62,24 +60,16 @@ def _dig(struct: pa.StructArray, path: tuple[str, ...]) -> pa.Array | None:
     return arr
 
 
-def kv_lists(keys: list[int], columns: list[pa.Array], n: int, value_type: pa.DataType) -> pa.Array:
-    """Per row, the (key, value) pairs of the columns whose value is not null, as list<struct<key,value>>."""
-    list_type = pa.list_(pa.struct([("key", pa.int32()), ("value", value_type)]))
+def keyed_columns(keys: list[int], columns: list[pa.Array], n: int, value_type: pa.DataType) -> pa.Array:
+    """Per row, the values of ``columns`` that are not null, keyed by field id.
+
+    The map is a struct with one child per key, named by the key, null where the row has no value: building
+    it copies nothing, and the manifest encoder writes it as an Avro map a column at a time
+    (``avro_iceberg``). Without columns it is a column of empty lists (Parquet cannot store an empty struct).
+    """
     if not columns:
-        return _empty_lists(n, list_type)
-    k = len(columns)
-    values = pa.concat_arrays([c.cast(value_type) for c in columns])
-    # Row-major order: pair j of row i comes from column j.
-    order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
-    values = values.take(pa.array(order))
-    key_col = pa.array(np.tile(np.asarray(keys, dtype=np.int32), n))
-    keep = np.asarray(values.is_valid())
-    counts = keep.reshape(n, k).sum(axis=1)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    mask = pa.array(keep)
-    items = pa.StructArray.from_arrays([key_col.filter(mask), values.filter(mask)], names=["key", "value"])
-    return pa.ListArray.from_arrays(pa.array(offsets), items, type=list_type)
+        return _empty_lists(n, pa.list_(pa.struct([("key", pa.int32()), ("value", value_type)])))
+    return pa.StructArray.from_arrays(columns, names=[str(k) for k in keys])
 
 
 def _empty_lists(n: int, list_type: pa.DataType) -> pa.Array:
@@ -137,9 +127,9 @@ def file_metrics(stats: pa.StructArray, columns: list[StatColumn], string_prefix
             keys_hi.append(col.field_id)
             highs.append(serialize_bounds(high, col.iceberg_type))
     return FileMetrics(
-        kv_lists(keys_nc, nulls, n, pa.int64()),
-        kv_lists(keys_lo, lows, n, pa.binary()),
-        kv_lists(keys_hi, highs, n, pa.binary()),
+        keyed_columns(keys_nc, nulls, n, pa.int64()),
+        keyed_columns(keys_lo, lows, n, pa.binary()),
+        keyed_columns(keys_hi, highs, n, pa.binary()),
     )
 
 

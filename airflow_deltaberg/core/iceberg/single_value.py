@@ -38,8 +38,11 @@ from airflow_deltaberg.core.iceberg.arrow_values import (
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 
 
-def serialize_bounds(arr: pa.Array | pa.ChunkedArray, iceberg_type: IcebergType) -> pa.BinaryArray:
+def serialize_bounds(arr: pa.Array | pa.ChunkedArray, iceberg_type: IcebergType) -> pa.Array:
     """The single-value serialization of every value of ``arr`` read as ``iceberg_type``; nulls stay null.
+
+    Types of one width come back as ``fixed_size_binary`` (a view of one byte matrix, which the manifest
+    encoder copies as a block), the others as ``binary``.
 
     int/date: 4-byte little-endian; long/time/timestamp(tz): 8-byte little-endian (microseconds);
     float/double: IEEE 754 little-endian; string: UTF-8 bytes; binary/fixed/uuid: the bytes;
@@ -74,18 +77,23 @@ def serialize_bounds(arr: pa.Array | pa.ChunkedArray, iceberg_type: IcebergType)
     else:
         raise TypeError(f"no single-value serialization for {t}")
     n, width = mat.shape
-    lens = np.full(n, width, np.int64)
-    return _binary(np.ascontiguousarray(mat).reshape(-1), lens, valid)
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), n, [_bitmap(valid), pa.py_buffer(np.ascontiguousarray(mat).reshape(-1))],
+        null_count=0 if valid is None else int(n - valid.sum()),
+    )
+
+
+def _bitmap(valid: np.ndarray | None) -> pa.Buffer | None:
+    return None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
 def _binary(data: np.ndarray, lens: np.ndarray, valid: np.ndarray | None) -> pa.BinaryArray:
     n = len(lens)
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(lens, out=offsets[1:])
-    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
     null_count = 0 if valid is None else int(n - valid.sum())
     return pa.BinaryArray.from_buffers(
-        pa.binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=null_count
+        pa.binary(), n, [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=null_count
     )
 
 
