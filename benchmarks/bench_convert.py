@@ -143,7 +143,7 @@ def _read_entries(files: list[str], limit: int | None):  # noqa: ANN202 - pyarro
 
 def _naive_ours_child(path: str, entries: int, workdir: str) -> dict:
     """Our write_manifest on the first ``entries`` entries, then on all of them in 250k-entry manifests."""
-    from airflow_deltaberg.core.iceberg.convert import MANIFEST_ROWS
+    from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS
     from airflow_deltaberg.core.iceberg.manifest import write_manifest
 
     files, schema, spec, snapshot_id = _current_entries(path)
