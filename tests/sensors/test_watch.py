@@ -303,6 +303,7 @@ def test_iceberg_start_reads_the_hinted_metadata_without_listing_the_metadata_fo
     assert (commits.start_version, commits.to_version) == (3, 4)
     assert storage.reads == [
         publish.VERSION_HINT,
+        f"exists:{publish.metadata_key(hinted)}",
         f"exists:{publish.metadata_key(hinted + 1)}",
         publish.metadata_key(hinted),
         "_delta_log/_last_checkpoint",

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from airflow_deltaberg.core.delta.log_segment import LAST_CHECKPOINT, LOG_DIR, LogListing, read_last_checkpoint
 from airflow_deltaberg.core.errors import (
@@ -158,27 +157,6 @@ def latest_version_after(
     )
 
 
-def _latest_metadata(storage: Storage) -> tuple[TableMetadata, str] | None:
-    """publish.latest_metadata, without listing the metadata folder while ``version-hint.text`` is current.
-
-    That folder also holds every manifest and manifest list, so its listing grows with the table's history.
-    The hint is current when no metadata file newer than it exists (publishing writes the file, then the
-    hint; only a crash in between leaves a newer file, and then the listing decides, as publish does).
-    """
-    try:
-        hinted = int(storage.read(publish.VERSION_HINT).strip())
-    except (FileNotFoundError, ValueError):
-        hinted = None
-    if hinted is not None and hinted >= 0 and not storage.exists(publish.metadata_key(hinted + 1)):
-        key = publish.metadata_key(hinted)
-        try:
-            return TableMetadataUtil.parse_raw(storage.read(key)), storage.uri(key)
-        except FileNotFoundError:
-            pass  # a hint without its file: the listing decides
-    published = publish.latest_metadata(storage)
-    return None if published is None else (published.metadata, published.location)
-
-
 def iceberg_delta_version(storage: Storage, *, table: str | None = None) -> tuple[int | None, str | None]:
     """The Delta version the table's Iceberg metadata was converted from, and that metadata file's location.
 
@@ -187,7 +165,7 @@ def iceberg_delta_version(storage: Storage, *, table: str | None = None) -> tupl
     """
     table = table or storage.root
     try:
-        published = _latest_metadata(storage)
+        published = publish.latest_metadata(storage)
     except StorageError as exc:
         raise type(exc)(f"table {table}: cannot read the Iceberg metadata: {exc}") from exc
     except FileNotFoundError as exc:
@@ -203,7 +181,7 @@ def iceberg_delta_version(storage: Storage, *, table: str | None = None) -> tupl
         ) from exc
     if published is None:
         return None, None
-    metadata, location = published
+    metadata, location = published.metadata, published.location
     snapshot = metadata.current_snapshot()
     raw = snapshot.summary.get(DELTA_VERSION) if snapshot is not None and snapshot.summary else None
     if raw is None:
