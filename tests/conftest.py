@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from submit_secrets import STORAGE_SECRET
 
 # Airflow reads its configuration when first imported (during collection), so its environment is set at
 # import time of this conftest: a throwaway home, no example DAGs, and `spark_default` on local[*] (a
@@ -119,3 +120,31 @@ def copy_fixture(fixtures_dir: Path, tmp_path: Path) -> Callable[[str], Path]:
         return target
 
     return _copy
+
+
+@pytest.fixture
+def secret_storage_connection(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A deltaberg connection whose storage options hold ``STORAGE_SECRET`` (local paths ignore them)."""
+    monkeypatch.setenv("AIRFLOW_CONN_DELTA_WITH_SECRET",
+                       json.dumps({"conn_type": "deltaberg", "extra": {"token": STORAGE_SECRET}}))
+    return "delta_with_secret"
+
+
+@pytest.fixture
+def spark_submit_commands(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """The spark-submit command lines SparkSubmitHook builds during the test (the submission itself goes on),
+    each with the files its ``@FILE`` arguments name: their permission bits and text, read while they exist."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    built: list[dict[str, object]] = []
+    build = SparkSubmitHook._build_spark_submit_command
+
+    def recording(self: SparkSubmitHook, application: str) -> list[str]:
+        command = build(self, application)
+        files = {arg[1:]: (stat.S_IMODE(os.stat(arg[1:]).st_mode), Path(arg[1:]).read_text(encoding="utf-8"))
+                 for arg in command if arg.startswith("@") and os.path.isfile(arg[1:])}
+        built.append({"command": command, "files": files})
+        return command
+
+    monkeypatch.setattr(SparkSubmitHook, "_build_spark_submit_command", recording)
+    return built

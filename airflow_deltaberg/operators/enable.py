@@ -15,11 +15,11 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from airflow.sdk.log import mask_secret
 
 from airflow_deltaberg.core.compat.enable import MODES, EnableBlockedError, EnablePlan, enable, find_enable_commit
 from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.operators.submit_arguments import settings_argument
 
 PLAN_XCOM_KEY = "enable_plan"
 REWRITE_MODULE = "airflow_deltaberg.spark.enable_rewrite"
@@ -158,9 +158,9 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
             result_file = os.path.join(tmp, "result.json")
             args = ["--table", location, "--read-version", str(read_version), "--result-file", result_file]
             if storage_options:
-                for value in storage_options.values():
-                    mask_secret(value)  # the command line is logged by the hook
-                args += ["--storage-options-json", json.dumps(dict(storage_options))]
+                local_files = SparkSubmitHook(conn_id=self.spark_conn_id)._connection.get("deploy_mode") != "cluster"
+                args += ["--storage-options-json", settings_argument(tmp, "--storage-options-json", storage_options,
+                                                                     local_files=local_files)]
             kwargs = {k: v for k, v in self.spark_submit_kwargs.items() if k != "env_vars"}
             self._hook = SparkSubmitHook(
                 conn_id=self.spark_conn_id, conf=self.spark_conf, jars=self.spark_jars, packages=self.spark_packages,

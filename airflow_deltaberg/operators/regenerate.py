@@ -29,6 +29,7 @@ from airflow_deltaberg.operators.convert import (
     emit_asset_event,
     table_asset_uri,
 )
+from airflow_deltaberg.operators.submit_arguments import settings_argument
 from airflow_deltaberg.operators.validate import _parse_version
 
 
@@ -215,7 +216,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
             args += ["--identifier", identifier]
         for flag, value in (("--catalog-config-json", catalog_config), ("--storage-options-json", storage_options)):
             if value:
-                args += [flag, _settings_argument(work, flag, value) if local_files else json.dumps(value)]
+                args += [flag, settings_argument(work, flag, value, local_files=local_files)]
         self.application_args = args
         conf = dict(self.conf or {})
         env = dict(self.env_vars or {})
@@ -253,12 +254,3 @@ def _remove(location: str) -> None:
     fs, path = fsspec.core.url_to_fs(location)
     if fs.exists(path):
         fs.rm_file(path)
-
-
-def _settings_argument(work: str, flag: str, value: Mapping[str, Any]) -> str:
-    """``@FILE`` for ``value`` written to a file only this user can read."""
-    path = os.path.join(work, flag.strip("-") + ".json")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(dict(value), handle)
-    return f"@{path}"

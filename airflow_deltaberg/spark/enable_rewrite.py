@@ -2,7 +2,7 @@
 enabled, and commit the switch in one commit.
 
     spark-submit --jars delta-spark.jar,delta-storage.jar enable_rewrite.py --table LOCATION --read-version N
-        [--storage-options-json JSON] [--result-file PATH]
+        [--storage-options-json JSON|@FILE] [--result-file PATH]
 
 Steps: plan the enable at ``read_version`` (refused when the plan has blockers); read the table at that version
 with Delta on Spark (deletion vectors applied, column mapping resolved); write every row again from the
@@ -48,6 +48,7 @@ from airflow_deltaberg.core.compat.rewrite_stats import DEFAULT_STRING_PREFIX
 from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, DeltaError
+from airflow_deltaberg.spark.arguments import json_object_argument
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="enable_rewrite.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, help="table location (path or URI)")
     parser.add_argument("--read-version", required=True, type=int, help="the version the enable was planned at")
-    parser.add_argument("--storage-options-json", default=None, help="storage options as a JSON object")
+    parser.add_argument("--storage-options-json", default=None, help="storage options (JSON object or @FILE)")
     parser.add_argument("--result-file", default=None, help="write the result (or the error) here as JSON")
     return parser.parse_args(argv)
 
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per JVM call otherwise
     args = _arguments(argv)
-    storage_options = json.loads(args.storage_options_json) if args.storage_options_json else None
+    storage_options = json_object_argument(args.storage_options_json, "--storage-options-json")
     spark = _session()
     code = 0
     try:

@@ -44,6 +44,7 @@ from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, _inf
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS, SnapshotPlan, write_file_manifests
 from airflow_deltaberg.core.storage import Storage
+from airflow_deltaberg.spark.arguments import json_object_argument
 
 log = logging.getLogger(__name__)
 
@@ -189,19 +190,6 @@ def regenerate(
 # -- command line ---------------------------------------------------------------------------------------------
 
 
-def _json_argument(value: str | None, name: str) -> dict[str, Any] | None:
-    """A JSON object argument, or ``@PATH`` for one kept in a file."""
-    if not value:
-        return None
-    if value.startswith("@"):
-        with open(value[1:], encoding="utf-8") as handle:
-            value = handle.read()
-    parsed = json.loads(value)
-    if not isinstance(parsed, dict):
-        raise SystemExit(f"{name} must be a JSON object, got {type(parsed).__name__}")
-    return parsed
-
-
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="regenerate.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, help="Delta table location (path or URI)")
@@ -238,8 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = regenerate(
             args.table, writer, version=args.version, full=args.full,
-            storage_options=_json_argument(args.storage_options_json, "--storage-options-json"),
-            catalog_config=_json_argument(args.catalog_config_json, "--catalog-config-json"),
+            storage_options=json_object_argument(args.storage_options_json, "--storage-options-json"),
+            catalog_config=json_object_argument(args.catalog_config_json, "--catalog-config-json"),
             catalog_name=args.catalog_name, identifier=args.identifier,
         )
         document = result.to_dict()

@@ -16,6 +16,7 @@ from airflow.sdk import DAG, Asset, task
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
 from pyiceberg.catalog import load_catalog
+from submit_secrets import STORAGE_SECRET, assert_secret_only_in_private_files
 
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
 from airflow_deltaberg.operators.regenerate import DeltaIcebergRegenerateOperator, version_bounds
@@ -48,7 +49,8 @@ def asset_events(dag_id: str) -> list[dict[str, Any]]:
                 for e, uri in session.execute(query).all()]
 
 
-def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path) -> None:
+def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, secret_storage_connection: str,
+                                         spark_submit_commands: list[dict[str, Any]]) -> None:
     table = tmp_path / "events"
     write_deltalake(str(table), rows(0, 6), partition_by=["region"])  # version 0
     write_deltalake(str(table), rows(6, 4), mode="append")  # version 1
@@ -67,7 +69,7 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path) -
 
         DeltaIcebergRegenerateOperator(
             task_id="regenerate", table_uri=str(table), version_range=new_commits(), identifier="db.events",
-            catalog_config=catalog_config, conf=SPARK_CONF,
+            catalog_config=catalog_config, conf=SPARK_CONF, deltaberg_conn_id=secret_storage_connection,
         )
         DeltaIcebergRegenerateOperator(
             task_id="backwards", table_uri=str(table), version_range={"from_version": 3, "to_version": 1},
@@ -96,6 +98,7 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path) -
         "extra": {k: summary[k] for k in ("table", "mode", "delta_version", "snapshot_id", "metadata_location",
                                           "records", "identifier")} | {"catalog_name": "deltaberg"},
     }]
+    assert_secret_only_in_private_files(spark_submit_commands, STORAGE_SECRET)
     for task_id, message in (("backwards", "from_version 3 > to_version 1"),
                              ("disagreeing", "version 2 and version_range's to_version 1 disagree")):
         failed = result.ti(task_id)

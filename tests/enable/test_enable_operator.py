@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from airflow.sdk import DAG
+from submit_secrets import STORAGE_SECRET, assert_secret_only_in_private_files
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
@@ -98,7 +99,9 @@ def _spark_jars() -> str:
 @pytest.mark.spark
 def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], dag_id: str,
                                                    deltalake_table: Callable[..., Path],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   monkeypatch: pytest.MonkeyPatch, secret_storage_connection: str,
+                                                   spark_submit_commands: list[dict[str, Any]]) -> None:
+    """The rewrite runs through spark-submit; the storage options reach it in a file only this user reads."""
     try:
         rewrite_application()
     except Exception as exc:  # noqa: BLE001 - the application is another helper's module
@@ -112,6 +115,7 @@ def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], 
     with make_dag(dag_id, params={"jars": _spark_jars()}) as dag:
         DeltaEnableIcebergWriterCompatOperator(
             task_id="enable", table_uri=str(path), spark_jars="{{ params.jars }}",
+            deltaberg_conn_id=secret_storage_connection,
             spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
                         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
         )
@@ -123,3 +127,4 @@ def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], 
     after = rows_of(path)
     assert after == before  # the int8 values come back as the same integers
     assert DeltaTable(str(path)).snapshot().schema.field("small").type.name == "integer"
+    assert_secret_only_in_private_files(spark_submit_commands, STORAGE_SECRET)
