@@ -18,6 +18,7 @@ from airflow_deltaberg.core.iceberg.metrics import (
     DEFAULT_STRING_PREFIX,
     STRING_PREFIX_PROPERTY,
     file_metrics,
+    keyed_columns,
     stat_columns,
 )
 from airflow_deltaberg.core.iceberg.partition import partition_struct
@@ -133,6 +134,9 @@ def entries_for_files(
             "partition": partitions,
             "record_count": counts,
             "file_size_in_bytes": files.column("size").combine_chunks(),
+            # Delta keeps no column sizes. An empty map says the same as a null one, and pyiceberg's
+            # inspect.entries() reads only this map without a null check.
+            "column_sizes": keyed_columns([], [], n, pa.int64()),
             "value_counts": value_counts,
             "null_value_counts": metrics.null_value_counts,
             "nan_value_counts": pa.nulls(n, metrics.null_value_counts.type),
