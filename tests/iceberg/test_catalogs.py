@@ -25,6 +25,7 @@ from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable, Table
 
+from airflow_deltaberg.core.iceberg import convert as convert_module
 from airflow_deltaberg.core.iceberg.catalog import (
     COMMIT_MODE_PROPERTY,
     CatalogError,
@@ -235,6 +236,31 @@ def test_expiry_removes_snapshots_in_the_catalog(catalog_config: dict[str, str],
     # The metadata files of expired snapshots are gone; the catalog reads the retained ones.
     expired = [s for s in before.snapshots if s.snapshot_id not in kept]
     assert expired and not any(Path(s.manifest_list.removeprefix("file:")).exists() for s in expired)
+    for snapshot in table.metadata.snapshots:
+        version = int(snapshot.summary["delta-version"])  # type: ignore[index]
+        assert catalog_rows(catalog_config, identifier, snapshot.snapshot_id) == delta_rows(path, version)
+
+
+def test_the_catalog_deletes_its_metadata_files_beyond_the_kept_versions(
+        catalog_config: dict[str, str], identifier: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalog writes a metadata file per commit; those that fall out of its metadata log (the table's
+    write.metadata.previous-versions-max) are deleted, and the catalog still reads every kept snapshot."""
+    monkeypatch.setattr(convert_module, "METADATA_VERSIONS_KEPT", 2)
+    path = make_table(tmp_path)
+    run(path, catalog_config, identifier)
+    for start in range(10, 60, 10):
+        write_deltalake(str(path), batch(start, 2), mode="append", partition_by=["label"])
+        run(path, catalog_config, identifier)
+
+    table = load(catalog_config, identifier)
+    metadata_dir = path / "_iceberg" / "metadata"
+    catalog_files = sorted(p.name for p in metadata_dir.glob("*.metadata.json") if not p.name.startswith("v"))
+    named = [table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)]
+    assert len(table.metadata.metadata_log) == 2
+    assert catalog_files == sorted(Path(n.removeprefix("file:")).name for n in named if "/v" not in n)
+    assert len(catalog_files) <= 3  # the current file and at most two earlier ones, after six commits
+    assert sorted(p.name for p in metadata_dir.glob("v*.metadata.json")) == [
+        "v4.metadata.json", "v5.metadata.json", "v6.metadata.json"]
     for snapshot in table.metadata.snapshots:
         version = int(snapshot.summary["delta-version"])  # type: ignore[index]
         assert catalog_rows(catalog_config, identifier, snapshot.snapshot_id) == delta_rows(path, version)

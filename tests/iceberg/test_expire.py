@@ -6,9 +6,11 @@ from pathlib import Path
 
 import deltalake
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 
+from airflow_deltaberg.core.iceberg import convert as convert_module
 from airflow_deltaberg.core.iceberg.convert import convert
 
 
@@ -91,3 +93,39 @@ def test_expiry_by_age_keeps_recent_snapshots(tmp_path: Path) -> None:
     table = StaticTable.from_metadata(result.metadata_location)
     assert [s.snapshot_id for s in table.metadata.snapshots] == [result.snapshot_id]
     assert _ids(table.scan().to_arrow()) == _ids(deltalake.DeltaTable(str(path)).to_pyarrow_table())
+
+
+def test_metadata_files_beyond_the_kept_versions_are_deleted(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each conversion keeps write.metadata.previous-versions-max earlier metadata files (named in the metadata
+    log) and deletes older ones of its own; every snapshot still reads what Delta reads at its version."""
+    monkeypatch.setattr(convert_module, "METADATA_VERSIONS_KEPT", 2)
+    path = tmp_path / "kept"
+    versions = _history(path)
+    write_deltalake(str(path), _rows(50, 2), mode="append", partition_by=["p"])
+    result = convert(str(path))
+    versions.append(result.delta_version)
+
+    metadata_dir = path / "_iceberg" / "metadata"
+    table = StaticTable.from_metadata(result.metadata_location)
+    assert table.metadata.properties["write.metadata.previous-versions-max"] == "2"
+    assert table.metadata.properties["write.metadata.delete-after-commit.enabled"] == "true"
+    assert sorted(p.name for p in metadata_dir.glob("v*.metadata.json")) == [
+        "v4.metadata.json", "v5.metadata.json", "v6.metadata.json"]
+    assert [Path(e.metadata_file.removeprefix("file:")).name for e in table.metadata.metadata_log] == [
+        "v4.metadata.json", "v5.metadata.json"]
+    assert (metadata_dir / "version-hint.text").read_text().strip() == "6"
+    assert [int(s.summary["delta-version"]) for s in table.metadata.snapshots] == versions
+    for snapshot in table.metadata.snapshots:
+        version = int(snapshot.summary["delta-version"])
+        expected = _ids(deltalake.DeltaTable(str(path), version=version).to_pyarrow_table())
+        assert _ids(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == expected
+
+    # The next run converges from the hint; nothing it still names is gone.
+    write_deltalake(str(path), _rows(60, 2), mode="append", partition_by=["p"])
+    after = convert(str(path))
+    assert after.mode == "incremental"
+    assert sorted(p.name for p in metadata_dir.glob("v*.metadata.json")) == [
+        "v5.metadata.json", "v6.metadata.json", "v7.metadata.json"]
+    assert _ids(StaticTable.from_metadata(after.metadata_location).scan().to_arrow()) == _ids(
+        deltalake.DeltaTable(str(path)).to_pyarrow_table())

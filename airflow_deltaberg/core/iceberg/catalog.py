@@ -16,6 +16,9 @@ published. Later conversions move the catalog to the new metadata in one of two 
   partition specs (ids as ours), the current ones, the snapshots the catalog lacks, ``main``, removal of the
   converter's snapshots that expiry dropped, and the table properties (set or removed to equal ours). Our
   metadata file is read with the catalog's own FileIO properties (object store credentials go there too).
+  The converted table says ``write.metadata.delete-after-commit.enabled``, so the catalog's metadata files
+  that fall out of its metadata log are deleted after each commit (by a REST server itself, by this module
+  for the catalogs pyiceberg commits), as the converter deletes its own.
   Snapshots the conversion did not write (no ``delta-version`` in their summary) are never removed; a ``main``
   that points at one is refused: someone else writes to the table through the catalog.
 
@@ -28,6 +31,8 @@ and a concurrent writer's commit could be lost, so it is not done automatically.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -36,6 +41,7 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.io import load_file_io
 from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.update import (
@@ -57,17 +63,21 @@ from pyiceberg.table.update import (
     TableRequirement,
     TableUpdate,
 )
+from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.publish import ConcurrentConversionError
-from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, DELTA_VERSION
+
+log = logging.getLogger(__name__)
 
 #: Catalog property choosing how a registered table moves: ``pointer`` (SQL catalog only) or ``updates``.
 COMMIT_MODE_PROPERTY = "deltaberg.commit-mode"
 CommitMode = Literal["pointer", "updates"]
 #: Properties Iceberg derives from the metadata itself: never sent as property updates.
+_CONVERTER_METADATA_FILE = re.compile(r"/v\d+\.metadata\.json$")
 _RESERVED_PROPERTIES = frozenset({
     "format-version", "uuid", "snapshot-count", "current-snapshot-id", "current-snapshot-summary",
     "current-snapshot-timestamp-ms", "current-schema", "default-partition-spec", "default-sort-order",
@@ -178,6 +188,26 @@ def _commit_updates(catalog: Catalog, ident: tuple[str, ...], metadata_location:
             "catalog keeps the other writer's state; run the conversion again"
         ) from exc
     _check_committed(response.metadata, ours, name)
+    _delete_dropped_catalog_files(table, response.metadata)
+
+
+def _delete_dropped_catalog_files(table: Table, committed: TableMetadata) -> None:
+    """The catalog's own metadata files that its commit dropped from the metadata log, when the table says
+    ``write.metadata.delete-after-commit.enabled`` (as pyiceberg's and Iceberg's own commits do; a REST server
+    has deleted them already). The converter's ``v<N>.metadata.json`` files are left to the converter."""
+    if not property_as_bool(committed.properties, DELETE_AFTER_COMMIT, False):
+        return
+    dropped = {e.metadata_file for e in table.metadata.metadata_log} - {e.metadata_file for e in committed.metadata_log}
+    for location in sorted(dropped):
+        if _CONVERTER_METADATA_FILE.search(location):
+            continue
+        try:
+            table.io.delete(location)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # the commit stands; the file is only left behind
+            log.warning("could not delete %s, dropped from the metadata log of %s: %s", location,
+                        ".".join(table.name()), exc)
 
 
 def metadata_changes(current: TableMetadata, ours: TableMetadata, *, table: str

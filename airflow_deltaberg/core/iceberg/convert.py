@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table.snapshots import Operation
+from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
 from airflow_deltaberg.core.errors import VersionNotFoundError
@@ -50,6 +51,7 @@ from airflow_deltaberg.core.iceberg.publish import (
     ICEBERG_DIR,
     METADATA_DIR,
     PublishedMetadata,
+    dropped_metadata_files,
     ensure_version_hint,
     latest_metadata,
     publish_metadata,
@@ -60,8 +62,10 @@ from airflow_deltaberg.core.iceberg.schema import (
     convert_schema,
 )
 from airflow_deltaberg.core.iceberg.table_metadata import (
+    DELETE_AFTER_COMMIT,
     DELTA_COLUMN_MAPPING_MODE,
     DELTA_VERSION,
+    PREVIOUS_VERSIONS_MAX,
     SnapshotSpec,
     build_metadata,
     new_snapshot_id,
@@ -70,6 +74,10 @@ from airflow_deltaberg.core.iceberg.table_metadata import (
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
+
+#: Metadata files of earlier versions kept (and named in the metadata log); older ones are deleted once every
+#: pointer has moved on, by this converter for its own files and by the catalogs for theirs.
+METADATA_VERSIONS_KEPT = 100
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,8 @@ def _commit_snapshot(storage: Storage, tip: _Tip, plan: SnapshotPlan, manifests:
                         prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs)
     mode = plan.metadata.column_mapping_mode
     metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(), "format-version": "2",
-                           DELTA_COLUMN_MAPPING_MODE: mode, **plan.converted.properties}
+                           DELTA_COLUMN_MAPPING_MODE: mode, PREVIOUS_VERSIONS_MAX: str(METADATA_VERSIONS_KEPT),
+                           DELETE_AFTER_COMMIT: "true", **plan.converted.properties}
     reset = _resets_history(tip, plan.metadata)
     if reset:
         log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
@@ -425,8 +434,12 @@ def convert(
     ensure_version_hint(table.storage, tip.published.version)
     if identifier is not None:
         point_catalog(open_catalog(catalog_name, catalog_config), identifier, tip.published.location)
-    # Files of expired snapshots go only once no pointer names a metadata file that uses them.
+    # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
+    # metadata files that fell out of the metadata log.
     delete_expired_files(table.storage, expiry)
+    if property_as_bool(tip.published.metadata.properties, DELETE_AFTER_COMMIT, False):
+        for key in dropped_metadata_files(table.storage, published, tip.published):
+            table.storage.delete(key)
     current = tip.published.metadata.current_snapshot_id or 0
     return ConversionResult(
         table=table.location,

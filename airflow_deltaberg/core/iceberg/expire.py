@@ -19,6 +19,7 @@ from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataV2
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_entries, read_state, state_key
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, publish_metadata
+from airflow_deltaberg.core.iceberg.table_metadata import with_log_entry
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def expire_snapshots(storage: Storage, published: PublishedMetadata, *, older_th
         "snapshots": [s for s in metadata.snapshots if s.snapshot_id not in expired],
         "snapshot_log": [e for e in metadata.snapshot_log if e.snapshot_id not in expired],
         "last_updated_ms": max(int(time.time() * 1000), metadata.last_updated_ms + 1),
-        "metadata_log": [*metadata.metadata_log, entry],
+        "metadata_log": with_log_entry(list(metadata.metadata_log), entry, metadata.properties),
     })
     new = publish_metadata(storage, published.version + 1, TableMetadataV2.model_validate(new_metadata.model_dump()))
     if used_by_expired is None or used_by_retained is None:

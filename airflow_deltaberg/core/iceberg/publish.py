@@ -92,6 +92,30 @@ def publish_metadata(storage: Storage, version: int, metadata: TableMetadataV2) 
     return PublishedMetadata(version, key, storage.uri(key), metadata)
 
 
+def dropped_metadata_files(storage: Storage, before: PublishedMetadata | None, after: PublishedMetadata) -> list[str]:
+    """Keys of this converter's metadata files (``v<N>.metadata.json``) that ``after`` no longer names, neither
+    as itself nor in its metadata log, from the oldest one ``before`` named on: what a commit may delete once
+    every pointer has moved to ``after`` (when the table's ``write.metadata.delete-after-commit.enabled``
+    says so). Older ones were deleted by an earlier run."""
+    named = [after.location, *(e.metadata_file for e in after.metadata.metadata_log)]
+    kept = {v for location in named if (v := _own_version(storage, location)) is not None}
+    if before is None:
+        oldest = 1
+    else:
+        earlier = [before.location, *(e.metadata_file for e in before.metadata.metadata_log)]
+        oldest = min(v for location in earlier if (v := _own_version(storage, location)) is not None)
+    return [metadata_key(v) for v in range(oldest, after.version) if v not in kept]
+
+
+def _own_version(storage: Storage, location: str) -> int | None:
+    """N of a location that is this table's ``<metadata folder>/v<N>.metadata.json``, else None."""
+    prefix = storage.uri(METADATA_DIR) + "/"
+    if not location.startswith(prefix):
+        return None
+    match = _METADATA_FILE.match(location[len(prefix):])
+    return int(match.group(1)) if match else None
+
+
 def ensure_version_hint(storage: Storage, version: int) -> None:
     """Point ``version-hint.text`` at ``version`` unless it already does."""
     try:

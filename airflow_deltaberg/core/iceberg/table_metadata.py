@@ -18,6 +18,22 @@ DELTA_TIMESTAMP = "delta-timestamp"
 DELTA_TABLE_ID = "delta-table-id"
 DELTA_COLUMN_MAPPING_MODE = "delta-column-mapping-mode"
 CONVERTER = "converted-by"
+#: Iceberg's table properties for the metadata files of earlier versions: how many the metadata log names,
+#: and whether a commit deletes those that fall out of it (this converter's and the catalogs' commits alike).
+PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
+DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+DEFAULT_PREVIOUS_VERSIONS = 100  # Iceberg's default
+
+
+def with_log_entry(metadata_log: list[MetadataLogEntry], entry: MetadataLogEntry,
+                   properties: dict[str, Any]) -> list[MetadataLogEntry]:
+    """``metadata_log`` with ``entry`` appended, keeping the newest ``write.metadata.previous-versions-max``
+    (at least one), as Iceberg's own commits do."""
+    try:
+        keep = max(1, int(properties.get(PREVIOUS_VERSIONS_MAX, DEFAULT_PREVIOUS_VERSIONS)))
+    except ValueError:
+        keep = DEFAULT_PREVIOUS_VERSIONS
+    return [*metadata_log, entry][-keep:]
 
 
 def table_uuid_for(delta_table_id: str) -> str:
@@ -104,14 +120,16 @@ def build_metadata(
     snapshots.append(new_snapshot)
     snapshot_log = list(keep.snapshot_log) if keep else []
     snapshot_log.append(SnapshotLogEntry(snapshot_id=snapshot_id, timestamp_ms=snapshot.delta_timestamp_ms))
-    metadata_log = list(previous.metadata_log) if previous else []
-    if previous is not None and previous_location is not None:
-        metadata_log.append(MetadataLogEntry(metadata_file=previous_location, timestamp_ms=previous.last_updated_ms))
     merged_properties: dict[str, Any] = dict(previous.properties) if previous else {}
     merged_properties.update(properties)
     merged_properties[DELTA_VERSION] = str(snapshot.delta_version)
     merged_properties[DELTA_TIMESTAMP] = str(snapshot.delta_timestamp_ms)
     merged_properties[DELTA_TABLE_ID] = delta_table_id
+    metadata_log = list(previous.metadata_log) if previous else []
+    if previous is not None and previous_location is not None:
+        metadata_log = with_log_entry(metadata_log, MetadataLogEntry(metadata_file=previous_location,
+                                                                     timestamp_ms=previous.last_updated_ms),
+                                      merged_properties)
     last_partition_id = max([pf.field_id for s in specs for pf in s.fields]
                             + [previous.last_partition_id or 999 if previous else 999])
     return TableMetadataV2(
