@@ -112,8 +112,9 @@ def _convert_child(mode: str, path: str, profile_out: str | None) -> dict:
     return figures
 
 
-def _current_entries(path: str) -> tuple[list[str], object, object, int]:
-    """The entry copies (Arrow) of the table's current snapshot, with its schema, spec and snapshot id."""
+def _current_entries(path: str) -> tuple[object, list, object, object, int]:
+    """The storage, the manifest records (with their Arrow entry copies) of the table's current snapshot, and
+    its schema, spec and snapshot id."""
     from airflow_deltaberg.core.iceberg.conversion_state import read_state
     from airflow_deltaberg.core.iceberg.publish import latest_metadata
     from airflow_deltaberg.core.storage import open_storage
@@ -122,17 +123,17 @@ def _current_entries(path: str) -> tuple[list[str], object, object, int]:
     metadata = latest_metadata(storage).metadata
     snapshot = metadata.snapshot_by_id(metadata.current_snapshot_id)
     state = read_state(storage, snapshot.manifest_list)  # the state kept beside the manifest list
-    files = [storage.arrow_path(m.entries_key)[1] for m in state.manifests]
-    return files, metadata.schema(), metadata.spec(), metadata.current_snapshot_id
+    return storage, list(state.manifests), metadata.schema(), metadata.spec(), metadata.current_snapshot_id
 
 
-def _read_entries(files: list[str], limit: int | None):  # noqa: ANN202 - pyarrow imported in the child
+def _read_entries(storage, records: list, limit: int | None):  # noqa: ANN001, ANN202 - pyarrow in the child
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from airflow_deltaberg.core.iceberg.conversion_state import read_entries
 
     tables, rows = [], 0
-    for name in files:
-        table = pq.read_table(name)
+    for record in records:
+        table = read_entries(storage, record)
         tables.append(table)
         rows += table.num_rows
         if limit is not None and rows >= limit:
@@ -146,9 +147,9 @@ def _naive_ours_child(path: str, entries: int, workdir: str) -> dict:
     from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS
     from airflow_deltaberg.core.iceberg.manifest import write_manifest
 
-    files, schema, spec, snapshot_id = _current_entries(path)
-    subset = _read_entries(files, entries)
-    everything = _read_entries(files, None)
+    storage, records, schema, spec, snapshot_id = _current_entries(path)
+    subset = _read_entries(storage, records, entries)
+    everything = _read_entries(storage, records, None)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         def write_subset() -> dict:
             write_manifest(os.path.join(tmp, "subset.avro"), subset, schema=schema, spec=spec,
@@ -173,15 +174,14 @@ def _naive_ours_child(path: str, entries: int, workdir: str) -> dict:
 def _naive_pyiceberg_child(path: str, entries: int, workdir: str, profile_out: str | None) -> dict:
     """pyiceberg's per-object path on the first ``entries`` entries: Python rows -> DataFile objects ->
     ManifestWriter.add one entry at a time."""
-    import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus
     from pyiceberg.manifest import write_manifest as pyiceberg_write_manifest
     from pyiceberg.typedef import Record
 
-    files, schema, spec, snapshot_id = _current_entries(path)
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    subset = _read_entries(files, entries)
+    storage, records, schema, spec, snapshot_id = _current_entries(path)
+    total = sum(r.info.added_files_count + r.info.existing_files_count + r.info.deleted_files_count for r in records)
+    subset = _read_entries(storage, records, entries)
     names = [f.name for f in spec.partition_type(schema).fields]
 
     def as_dict(items: list | dict | None) -> dict | None:

@@ -4,7 +4,8 @@ Per Iceberg snapshot, ``<manifest list>.state.json`` (named after the snapshot's
 unique per attempt, so a converter that lost a race never overwrites the winner's) records the Delta
 version and its
 metaData action, and for each manifest of the snapshot its manifest-list row, the path range of its
-files, and an Arrow copy of its entries (``<manifest>.entries.parquet``). With it, an incremental run
+files, and an Arrow copy of its entries (``<manifest>.entries.arrow``, an Arrow IPC file; earlier versions of
+this converter wrote ``.entries.parquet``, still read). With it, an incremental run
 reads only the commits after the converted version and rewrites only the manifests a removal touches.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc
 import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -25,6 +27,8 @@ from pyiceberg.schema import Schema
 from airflow_deltaberg.core.iceberg.manifest import FieldSummary, ManifestFileInfo, write_manifest
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
+
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
 @dataclass(frozen=True)
@@ -129,13 +133,12 @@ def write_manifest_record(
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, content=content,
                              filesystem=fs)
-    entries_key = f"{name}.entries.parquet"
+    entries_key = f"{name}.entries.arrow"
     efs, epath = storage.arrow_path(entries_key)
-    # Parquet cannot store a struct without fields (the partition of an unpartitioned table).
-    stored = entries.drop_columns(["partition"]) if entries.schema.field("partition").type.num_fields == 0 else entries
-    # Read back only when a removal touches the manifest: written for speed (lz4, no column statistics, no
-    # dictionaries: bounds and paths are nearly all distinct, the dictionary attempts cost half the time).
-    pq.write_table(stored, epath, filesystem=efs, compression="lz4", write_statistics=False, use_dictionary=False)
+    # Read back only when a removal touches the manifest: an Arrow IPC file with zstd buffers is written in
+    # less than half the time of the smallest Parquet and is smaller.
+    with efs.open_output_stream(epath) as stream, pa.ipc.new_file(stream, entries.schema, options=_IPC_OPTIONS) as out:
+        out.write_table(entries)
     bounds = pc.min_max(entries.column(data_path_column(content)))
     info = summary.manifest_file(storage.uri(f"{name}.avro"))
     info = replace(info, sequence_number=sequence_number,
@@ -146,6 +149,11 @@ def write_manifest_record(
 
 def read_entries(storage: Storage, record: ManifestRecord) -> pa.Table:
     fs, path = storage.arrow_path(record.entries_key)
+    if not record.entries_key.endswith(".parquet"):
+        with fs.open_input_file(path) as source:
+            return pa.ipc.open_file(source).read_all()
+    # Parquet copies (earlier versions) have no partition column for an unpartitioned table: Parquet cannot
+    # store a struct without fields.
     entries = pq.read_table(path, filesystem=fs)
     if "partition" not in entries.column_names:
         empty = pa.StructArray.from_buffers(pa.struct([]), entries.num_rows, [None], children=[])
