@@ -122,19 +122,11 @@ class DeltaToIcebergOperator(BaseOperator):
         self.retain_snapshots = retain_snapshots
         self.max_snapshot_age = max_snapshot_age
         self.deltaberg_conn_id = deltaberg_conn_id
-        self.table_asset: Asset | None = None
-        self.asset_alias: AssetAlias | None = None
-        if _is_template(table_uri) or _is_template(identifier):
-            self.asset_alias = AssetAlias(name=self.asset_alias_name)
-            self.outlets = [*self.outlets, self.asset_alias]
-        else:
-            self.table_asset = Asset(uri=table_asset_uri(table_uri, catalog_name, identifier))
-            self.outlets = [*self.outlets, self.table_asset]
+        self.table_asset, self.asset_alias = add_iceberg_outlet(self, (table_uri, identifier))
 
     @property
     def asset_alias_name(self) -> str:
-        dag_id = self.dag_id if self.has_dag() else None
-        return f"deltaberg-convert:{dag_id}.{self.task_id}" if dag_id else f"deltaberg-convert:{self.task_id}"
+        return asset_alias_name(self, "deltaberg-convert")
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
@@ -206,6 +198,24 @@ def catalog_properties(catalog_conn_id: str | None, catalog_config: Mapping[str,
     if identifier is None:
         return None
     return IcebergCatalogHook(catalog_conn_id=catalog_conn_id).catalog_properties(catalog_config)
+
+
+def add_iceberg_outlet(task: Any, templated: Sequence[Any]) -> tuple[Asset | None, AssetAlias | None]:
+    """Add the Iceberg table the task writes to its outlets: the table's Asset, or, when one of ``templated``
+    is a template (the table is known at run time only), the task's asset alias. Returns (asset, alias)."""
+    if any(_is_template(value) for value in templated):
+        alias = AssetAlias(name=task.asset_alias_name)
+        task.outlets = [*task.outlets, alias]
+        return None, alias
+    asset = Asset(uri=table_asset_uri(task.table_uri, task.catalog_name, task.identifier))
+    task.outlets = [*task.outlets, asset]
+    return asset, None
+
+
+def asset_alias_name(task: Any, prefix: str) -> str:
+    """``<prefix>:<dag id>.<task id>`` (``<prefix>:<task id>`` outside a DAG)."""
+    dag_id = task.dag_id if task.has_dag() else None
+    return f"{prefix}:{dag_id}.{task.task_id}" if dag_id else f"{prefix}:{task.task_id}"
 
 
 def emit_asset_event(task: Any, context: Context, result: ConversionResult) -> None:

@@ -15,19 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, AssetAlias, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
 from airflow_deltaberg.hooks.catalog import masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.operators.convert import (
-    _is_template,
     _summary_line,
+    add_iceberg_outlet,
+    asset_alias_name,
     catalog_properties,
     checked_catalog_arguments,
     emit_asset_event,
-    table_asset_uri,
 )
 from airflow_deltaberg.operators.submit_arguments import settings_argument
 from airflow_deltaberg.operators.validate import _parse_version
@@ -154,19 +154,11 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         self.full = full
         self.deltaberg_conn_id = deltaberg_conn_id
         self.result_location = result_location
-        self.table_asset: Asset | None = None
-        self.asset_alias: AssetAlias | None = None
-        if _is_template(table_uri) or _is_template(identifier) or _is_template(catalog_name):
-            self.asset_alias = AssetAlias(name=self.asset_alias_name)
-            self.outlets = [*self.outlets, self.asset_alias]
-        else:
-            self.table_asset = Asset(uri=table_asset_uri(table_uri, catalog_name, identifier))
-            self.outlets = [*self.outlets, self.table_asset]
+        self.table_asset, self.asset_alias = add_iceberg_outlet(self, (table_uri, identifier, catalog_name))
 
     @property
     def asset_alias_name(self) -> str:
-        dag_id = self.dag_id if self.has_dag() else None
-        return f"deltaberg-regenerate:{dag_id}.{self.task_id}" if dag_id else f"deltaberg-regenerate:{self.task_id}"
+        return asset_alias_name(self, "deltaberg-regenerate")
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
