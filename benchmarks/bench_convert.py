@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench_common import fmt, linked_copy, loadavg, print_profile, print_table, rss_mb
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_FIXTURE = Path("/work/shared/fixtures/delta/300k-add-files-100-col-partitioned")
@@ -61,14 +63,9 @@ CHILD_MODES = ("full", "incremental", "naive-ours", "naive-pyiceberg", "fixture"
 # -- child side -------------------------------------------------------------------------------------
 
 
-def _rss_mb() -> float:
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: KiB on Linux, bytes on macOS
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / (1 << 20)
-
-
 def _timed(fn: Callable[[], dict], profile_out: str | None) -> dict:
     """Run ``fn`` once; its figures plus wall and CPU seconds, peak RSS and the RSS before the call."""
-    idle_mb = _rss_mb()
+    idle_mb = rss_mb()
     profiler = None
     if profile_out:
         import cProfile
@@ -84,7 +81,7 @@ def _timed(fn: Callable[[], dict], profile_out: str | None) -> dict:
         profiler.disable()
         profiler.dump_stats(profile_out)
     result.setdefault("seconds", seconds)
-    result.update(peak_mb=_rss_mb(), idle_mb=idle_mb,
+    result.update(peak_mb=rss_mb(), idle_mb=idle_mb,
                   cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return result
 
@@ -335,21 +332,6 @@ def ensure_table(data_dir: Path, name: str, regenerate: bool) -> Path:
     return path
 
 
-def linked_copy(source: Path, target: Path) -> Path:
-    """``target`` with hard links to the files of ``source``'s _delta_log (copies across devices)."""
-    (target / "_delta_log").mkdir(parents=True)
-    for item in sorted((source / "_delta_log").iterdir()):
-        if item.is_file():
-            try:
-                os.link(item, target / "_delta_log" / item.name)
-            except OSError:
-                shutil.copy2(item, target / "_delta_log" / item.name)
-    marker = source / "_generated.json"
-    if marker.exists():
-        shutil.copy2(marker, target / marker.name)
-    return target
-
-
 class IncrementalSetup:
     """Adds one commit to a converted table; ``undo`` deletes it and the Iceberg files written since."""
 
@@ -412,17 +394,6 @@ def measure(case: Case, work: Path, args: argparse.Namespace, removed: dict, pro
                 setup.undo()
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 def _revision() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO,
@@ -432,34 +403,6 @@ def _revision() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown commit"
     return f"commit {head}" + (" with uncommitted changes in airflow_deltaberg/" if dirty else "")
-
-
-def _print_table(header: list[str], lines: list[list[str]]) -> None:
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for line in lines:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
-
-
-def _short(filename: str) -> str:
-    for marker in ("site-packages/", str(REPO) + "/", "/lib/python3"):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    return filename
-
-
-def print_profile(stats_file: str, top: int) -> None:
-    import pstats
-
-    stats = pstats.Stats(stats_file)
-    rows = [(cum, own, func, f"{_short(filename)}:{line}")
-            for (filename, line, func), (_cc, _nc, own, cum, _callers) in stats.stats.items()]
-    for title, key in (("by cumulative time", 0), ("by own time", 1)):
-        print(f"  top {top} {title}:")
-        print(f"    {'cumulative s':>12}  {'own s':>7}  function (file:line)")
-        for cum, own, func, where in sorted(rows, key=lambda r: r[key], reverse=True)[:top]:
-            print(f"    {cum:12.3f}  {own:7.3f}  {func} ({where})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -501,7 +444,7 @@ def _bench(args: argparse.Namespace) -> int:
     import pyiceberg
 
     print(f"python {platform.python_version()}, pyarrow {pyarrow.__version__}, pyiceberg {pyiceberg.__version__}, "
-          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {_loadavg()}; engine at {_revision()}")
+          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {loadavg()}; engine at {_revision()}")
     sources = {name: ensure_table(args.data_dir, name, args.regenerate) for name in (SMALL, BIG, BIG_STRUCT)}
     shutil.rmtree(args.work, ignore_errors=True)
     for name, source in sources.items():
@@ -539,7 +482,7 @@ def _bench(args: argparse.Namespace) -> int:
     print()
     print(f"Median of {args.runs} run(s), each in a fresh process; 'convert s' is the convert call alone; "
           f"peak MB = ru_maxrss (MiB) of the process, interpreter and imports included; load average now "
-          f"{_loadavg()}")
+          f"{loadavg()}")
     header = ["case", "convert s", "CPU s", "peak MB", "MB before", "runs s", "mode", "added", "removed",
               "manifests written"]
     lines = []
@@ -548,15 +491,15 @@ def _bench(args: argparse.Namespace) -> int:
         last = fig.runs[-1] if fig.runs else {}
         result = last.get("result", {})
         lines.append([
-            case.name, _fmt(fig.median("seconds"), ".2f"), _fmt(fig.median("cpu"), ".2f"),
-            _fmt(fig.median("peak_mb"), ".0f"), _fmt(fig.median("idle_mb"), ".0f"),
+            case.name, fmt(fig.median("seconds"), ".2f"), fmt(fig.median("cpu"), ".2f"),
+            fmt(fig.median("peak_mb"), ".0f"), fmt(fig.median("idle_mb"), ".0f"),
             "/".join(f"{r['seconds']:.2f}" for r in fig.runs) or "n/a",
             str(result.get("mode", "n/a")), str(result.get("files_added", "n/a")),
             str(result.get("files_removed", "n/a")),
             f"{last['manifests_written']} of {last['manifests']} ({last['entries_written']:,} entries)"
             if last else "n/a",
         ])
-    _print_table(header, lines)
+    print_table(header, lines)
     for case in cases:
         if case.figures.error:
             print(f"error: {case.name}: {case.figures.error}")
@@ -586,7 +529,7 @@ def _bench(args: argparse.Namespace) -> int:
             ["pyiceberg: objects + write", f"{n_sub:,}", f"{t_build + t_write:.2f}",
              f"{(t_build + t_write) * scale:.2f} (extrap.)", "-"],
         ]
-        _print_table(["writer", "entries", "s", f"s for {total:,}", "bytes/entry"], naive_lines)
+        print_table(["writer", "entries", "s", f"s for {total:,}", "bytes/entry"], naive_lines)
         print(f"  ratio pyiceberg (objects + write) / ours: {ratio_same:.1f}x on the same {n_sub:,} entries; "
               f"{ratio:.1f}x for all {total:,} (pyiceberg extrapolated, ours measured); write alone "
               f"{t_write / o_sub:.1f}x")
@@ -617,19 +560,19 @@ def _bench(args: argparse.Namespace) -> int:
         full = by_name[name].figures
         f_s, f_mb = full.median("seconds"), full.median("peak_mb")
         checks += [(f"{name}: convert <= {FULL_SECONDS:g} s", f_s, f_s is not None and f_s <= FULL_SECONDS,
-                    f"{_fmt(f_s, '.2f')} s", "full"),
+                    f"{fmt(f_s, '.2f')} s", "full"),
                    (f"{name}: peak RSS <= {FULL_RSS_MB / 1024:g} GB", f_mb,
-                    f_mb is not None and f_mb <= FULL_RSS_MB, f"{_fmt(f_mb, '.0f')} MB", "full")]
+                    f_mb is not None and f_mb <= FULL_RSS_MB, f"{fmt(f_mb, '.0f')} MB", "full")]
     for kind in ("append", "remove+add"):
         big = by_name[f"1M files, {kind}"].figures.median("seconds")
         small = by_name[f"10k files, {kind}"].figures.median("seconds")
         r = big / small if big is not None and small else None
         checks += [
             (f"{kind} commit of {COMMIT_FILES}: 1M <= {INCREMENTAL_RATIO:g}x 10k", r,
-             r is not None and r <= INCREMENTAL_RATIO, f"{_fmt(big, '.2f')} s / {_fmt(small, '.2f')} s = "
-             f"{_fmt(r, '.2f')}x", kind),
+             r is not None and r <= INCREMENTAL_RATIO, f"{fmt(big, '.2f')} s / {fmt(small, '.2f')} s = "
+             f"{fmt(r, '.2f')}x", kind),
             (f"{kind} commit of {COMMIT_FILES}: 1M <= {INCREMENTAL_SECONDS:g} s", big,
-             big is not None and big <= INCREMENTAL_SECONDS, f"{_fmt(big, '.2f')} s", kind),
+             big is not None and big <= INCREMENTAL_SECONDS, f"{fmt(big, '.2f')} s", kind),
         ]
     print()
     print("Targets:")
@@ -661,7 +604,7 @@ def _bench(args: argparse.Namespace) -> int:
                "naive": {s: {"runs": f.runs, "error": f.error} for s, f in naive.items()},
                "fixture": fixture, "ratio": ratio, "ratio_same_entries": ratio_same}
         args.json.write_text(json.dumps(raw, indent=1))
-    print(f"\nload average at the end {_loadavg()}")
+    print(f"\nload average at the end {loadavg()}")
     return 0
 
 

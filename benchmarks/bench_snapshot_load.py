@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench_common import fmt, loadavg, print_profile, print_table, rss_mb
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_FIXTURE = Path("/work/shared/fixtures/delta/300k-add-files-100-col-partitioned")
@@ -64,12 +66,6 @@ PEAK_RSS_TARGET_MB = 1.5 * 1024  # 1.5 GiB
 
 
 # -- child side -------------------------------------------------------------------------------------
-
-
-def _rss_mb() -> float:
-    # ru_maxrss is in KiB on Linux (bytes on macOS).
-    scale = 1 if sys.platform == "darwin" else 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / (1 << 20)
 
 
 def child(mode: str, path: str, profile_out: str | None) -> None:
@@ -106,7 +102,7 @@ def child(mode: str, path: str, profile_out: str | None) -> None:
             return {"rows": rows, "phases": {"open": t1 - t0, step: time.perf_counter() - t1}}
 
     imports = time.perf_counter() - imports_started
-    idle_mb = _rss_mb()
+    idle_mb = rss_mb()
     profiler = None
     if profile_out:
         import cProfile
@@ -121,7 +117,7 @@ def child(mode: str, path: str, profile_out: str | None) -> None:
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(profile_out)
-    result.update(seconds=seconds, imports=imports, peak_mb=_rss_mb(), idle_mb=idle_mb,
+    result.update(seconds=seconds, imports=imports, peak_mb=rss_mb(), idle_mb=idle_mb,
                   cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     print(json.dumps(result), flush=True)
 
@@ -183,47 +179,8 @@ def ensure_generated(data_dir: Path, name: str, stats_struct: bool, regenerate: 
     return path
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def _ratio(ours: float | None, peer: float | None) -> float | None:
     return ours / peer if ours and peer else None
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
-def print_profile(stats_file: str, top: int) -> None:
-    import pstats
-
-    stats = pstats.Stats(stats_file)
-    rows = []
-    for (filename, line, func), (_cc, _nc, tottime, cumtime, _callers) in stats.stats.items():
-        rows.append((cumtime, tottime, func, f"{_short(filename)}:{line}"))
-    rows.sort(reverse=True)
-    print(f"    {'cumulative s':>12}  {'own s':>7}  function (file:line)")
-    for cumtime, tottime, func, where in rows[:top]:
-        print(f"    {cumtime:12.3f}  {tottime:7.3f}  {func} ({where})")
-
-
-def _short(filename: str) -> str:
-    for marker in ("site-packages/", str(REPO) + "/"):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    return filename
-
-
-def _table(header: list[str], lines: list[list[str]]) -> None:
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for line in lines:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,7 +214,7 @@ def _bench(args: argparse.Namespace) -> int:
     import pyarrow
 
     print(f"python {platform.python_version()}, pyarrow {pyarrow.__version__}, deltalake {deltalake.__version__}, "
-          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {_loadavg()}")
+          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {loadavg()}")
     tables: list[tuple[str, Path, float]] = []
     for key in [k.strip() for k in args.tables.split(",") if k.strip()]:
         label, directory, stats_struct, limit = TABLES[key]
@@ -289,7 +246,7 @@ def _bench(args: argparse.Namespace) -> int:
           f"excluded); process s: the whole subprocess (interpreter, imports, load; {statistics.median(harness):.2f} s "
           f"of it is the interpreter and this script starting); CPU s: user+sys time of the load (all threads; "
           f"steadier than wall time on a busy machine); peak MB: the process's ru_maxrss (MiB). "
-          f"Load average now {_loadavg()}.")
+          f"Load average now {loadavg()}.")
     header = ["table", "what", "files", "ours call s", "peer call s", "ratio call", "ours process s",
               "peer process s", "ratio process", "ours CPU s", "peer CPU s", "ours peak MB", "peer peak MB"]
     lines = []
@@ -301,12 +258,12 @@ def _bench(args: argparse.Namespace) -> int:
             o_p, p_p = ours.median("process_seconds"), peer.median("process_seconds")
             lines.append([
                 name, f"{what} ({ours_mode} / {peer_mode})", "/".join(str(r) for r in sorted(rows)) or "n/a",
-                _fmt(o_s, ".2f"), _fmt(p_s, ".2f"), _fmt(_ratio(o_s, p_s), ".2f"),
-                _fmt(o_p, ".2f"), _fmt(p_p, ".2f"), _fmt(_ratio(o_p, p_p), ".2f"),
-                _fmt(ours.median("cpu"), ".2f"), _fmt(peer.median("cpu"), ".2f"),
-                _fmt(ours.median("peak_mb"), ".0f"), _fmt(peer.median("peak_mb"), ".0f"),
+                fmt(o_s, ".2f"), fmt(p_s, ".2f"), fmt(_ratio(o_s, p_s), ".2f"),
+                fmt(o_p, ".2f"), fmt(p_p, ".2f"), fmt(_ratio(o_p, p_p), ".2f"),
+                fmt(ours.median("cpu"), ".2f"), fmt(peer.median("cpu"), ".2f"),
+                fmt(ours.median("peak_mb"), ".0f"), fmt(peer.median("peak_mb"), ".0f"),
             ])
-    _table(header, lines)
+    print_table(header, lines)
 
     print()
     print("Details (medians; 'runs' lists every run's call time; CPU user+sys of the call well below its wall "
@@ -333,13 +290,13 @@ def _bench(args: argparse.Namespace) -> int:
             o_p, p_p = ours.median("process_seconds"), peer.median("process_seconds")
             checks = [
                 (f"{name}, {what}: call <= {limit:g} s", o_s, o_s is not None and o_s <= limit,
-                 f"{_fmt(o_s, '.2f')} s"),
+                 f"{fmt(o_s, '.2f')} s"),
                 (f"{name}, {what}: peak RSS <= 1.5 GB", o_mb, o_mb is not None and o_mb <= PEAK_RSS_TARGET_MB,
-                 f"{_fmt(o_mb, '.0f')} MB"),
+                 f"{fmt(o_mb, '.0f')} MB"),
                 (f"{name}, {what}: not slower than deltalake (call)", o_s,
-                 o_s is not None and p_s is not None and o_s <= p_s, f"ratio {_fmt(_ratio(o_s, p_s), '.2f')}"),
+                 o_s is not None and p_s is not None and o_s <= p_s, f"ratio {fmt(_ratio(o_s, p_s), '.2f')}"),
                 (f"{name}, {what}: not slower than deltalake (process)", o_p,
-                 o_p is not None and p_p is not None and o_p <= p_p, f"ratio {_fmt(_ratio(o_p, p_p), '.2f')}"),
+                 o_p is not None and p_p is not None and o_p <= p_p, f"ratio {fmt(_ratio(o_p, p_p), '.2f')}"),
             ]
             for label, value, ok, shown in checks:
                 status = "unknown" if value is None else ("met" if ok else "NOT met")

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from bench_common import fmt, linked_copy, loadavg
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -77,18 +78,6 @@ def ensure_table(data_dir: Path, num_files: int, checkpoint: bool) -> Path:
                     "--checkpoint" if checkpoint else "--no-checkpoint"], check=True, stdout=subprocess.DEVNULL)
     print(f"generated in {time.perf_counter() - started:.1f} s")
     return path
-
-
-def linked_copy(source: Path, target: Path) -> Path:
-    """``target`` with hard links to the files of ``source``'s _delta_log (copies across devices)."""
-    (target / "_delta_log").mkdir(parents=True)
-    for item in sorted((source / "_delta_log").iterdir()):
-        if item.is_file():
-            try:
-                os.link(item, target / "_delta_log" / item.name)
-            except OSError:
-                shutil.copy2(item, target / "_delta_log" / item.name)
-    return target
 
 
 # -- measuring a process tree -------------------------------------------------------------------------------------
@@ -204,23 +193,19 @@ def _median(runs: list[Run], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def report(sides: dict[str, list[Run]], num_files: int, args: argparse.Namespace) -> None:
     print()
     print(f"Full conversion of {num_files:,} files ({STAT_COLUMNS} stat columns, {PARTITIONS} partitions, "
           f"{'checkpoint' if args.checkpoint else 'JSON commits only'}); median of {args.runs} run(s); "
-          f"load average now {_loadavg()}")
+          f"load average now {loadavg()}")
     header = ["", *sides]
     rows = [
-        ["wall s (whole command)", *(_fmt(_median(r, "wall"), ".1f") for r in sides.values())],
+        ["wall s (whole command)", *(fmt(_median(r, "wall"), ".1f") for r in sides.values())],
         ["convert s (ConversionResult.seconds)",
-         *(_fmt(_median_result(r, "seconds"), ".1f") for r in sides.values())],
-        ["CPU s (process tree)", *(_fmt(_median(r, "cpu"), ".1f") for r in sides.values())],
-        ["peak RSS MB (process tree)", *(_fmt(_median(r, "peak_rss_mb"), ".0f") for r in sides.values())],
-        ["PSS MB at that peak", *(_fmt(_median(r, "pss_at_peak_mb"), ".0f") for r in sides.values())],
+         *(fmt(_median_result(r, "seconds"), ".1f") for r in sides.values())],
+        ["CPU s (process tree)", *(fmt(_median(r, "cpu"), ".1f") for r in sides.values())],
+        ["peak RSS MB (process tree)", *(fmt(_median(r, "peak_rss_mb"), ".0f") for r in sides.values())],
+        ["PSS MB at that peak", *(fmt(_median(r, "pss_at_peak_mb"), ".0f") for r in sides.values())],
         ["peak RSS split", *(_split(r) for r in sides.values())],
         ["CPU s split (sampled)", *(_cpu_split(r) for r in sides.values())],
         ["files added / records", *(_counts(r) for r in sides.values())],
@@ -273,13 +258,6 @@ def _manifests(runs: list[Run]) -> str:
     return f"{len(manifests)} (largest {max((m.added_files_count or 0) for m in manifests):,} entries)"
 
 
-def _loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-files", type=int, default=3_000_000)
@@ -295,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the raw figures to this file")
     args = parser.parse_args(argv)
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"{psutil.virtual_memory().total / (1 << 30):.0f} GiB RAM, load average {_loadavg()}")
+          f"{psutil.virtual_memory().total / (1 << 30):.0f} GiB RAM, load average {loadavg()}")
     args.data_dir.mkdir(parents=True, exist_ok=True)
     work_root = Path(tempfile.mkdtemp(prefix="spark-regenerate-", dir=args.data_dir))
     sides: dict[str, list[Run]] = {}

@@ -33,17 +33,14 @@ import sys
 import time
 from pathlib import Path
 
+from bench_common import fmt, loadavg, rss_mb
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_TABLE = Path("/work/shared/fixtures/delta/300k-add-files-100-col-partitioned")
 MODES = ("ours-call", "ours-cli", "peer")
 # What the `deltaberg` console script runs (cwd = the repository, so this checkout's package is used).
 CLI = "import sys; from airflow_deltaberg.cli import main; sys.exit(main())"
-
-
-def _rss_mb() -> float:
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: KiB on Linux, bytes on macOS
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / (1 << 20)
 
 
 def child(mode: str, path: str, level: str) -> None:
@@ -72,7 +69,7 @@ def child(mode: str, path: str, level: str) -> None:
     result = call()
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
-    result.update(seconds=seconds, imports=imports, peak_mb=_rss_mb(),
+    result.update(seconds=seconds, imports=imports, peak_mb=rss_mb(),
                   cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     print(json.dumps(result))
 
@@ -107,19 +104,8 @@ def _median(runs: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def _ratio(ours: float | None, peer: float | None) -> float | None:
     return ours / peer if ours and peer else None
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +132,7 @@ def _bench(args: argparse.Namespace) -> int:
     import pyarrow
 
     print(f"python {platform.python_version()}, pyarrow {pyarrow.__version__}, deltalake {deltalake.__version__}, "
-          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {_loadavg()}")
+          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {loadavg()}")
     if not (args.table / "_delta_log").is_dir():
         print(f"nothing to measure: {args.table} is not a Delta table")
         return 0
@@ -169,19 +155,19 @@ def _bench(args: argparse.Namespace) -> int:
     print()
     print(f"Median of {args.runs} fresh processes per side. call s: the call inside the process (imports excluded); "
           f"process s: the whole subprocess as the parent sees it; CPU s: user+sys time (steadier than wall time on "
-          f"a busy machine); load average now {_loadavg()}")
+          f"a busy machine); load average now {loadavg()}")
     header = ["side", "what", "call s", "process s", "imports s", "CPU s (call)", "CPU s (process)", "peak MB"]
     lines = [
-        ["ours", f"validate(path, {args.level!r})", _fmt(_median(ours, "seconds"), ".2f"),
-         _fmt(_median(ours, "process_seconds"), ".2f"), _fmt(_median(ours, "imports"), ".2f"),
-         _fmt(_median(ours, "cpu"), ".2f"), _fmt(_median(ours, "process_cpu"), ".2f"),
-         _fmt(_median(ours, "peak_mb"), ".0f")],
+        ["ours", f"validate(path, {args.level!r})", fmt(_median(ours, "seconds"), ".2f"),
+         fmt(_median(ours, "process_seconds"), ".2f"), fmt(_median(ours, "imports"), ".2f"),
+         fmt(_median(ours, "cpu"), ".2f"), fmt(_median(ours, "process_cpu"), ".2f"),
+         fmt(_median(ours, "peak_mb"), ".0f")],
         ["ours", f"deltaberg validate TABLE --level {args.level} --format json", "-",
-         _fmt(_median(cli, "process_seconds"), ".2f"), "-", "-", _fmt(_median(cli, "process_cpu"), ".2f"), "-"],
-        ["peer", "deltalake.DeltaTable(path) + protocol() + metadata()", _fmt(_median(peer, "seconds"), ".2f"),
-         _fmt(_median(peer, "process_seconds"), ".2f"), _fmt(_median(peer, "imports"), ".2f"),
-         _fmt(_median(peer, "cpu"), ".2f"), _fmt(_median(peer, "process_cpu"), ".2f"),
-         _fmt(_median(peer, "peak_mb"), ".0f")],
+         fmt(_median(cli, "process_seconds"), ".2f"), "-", "-", fmt(_median(cli, "process_cpu"), ".2f"), "-"],
+        ["peer", "deltalake.DeltaTable(path) + protocol() + metadata()", fmt(_median(peer, "seconds"), ".2f"),
+         fmt(_median(peer, "process_seconds"), ".2f"), fmt(_median(peer, "imports"), ".2f"),
+         fmt(_median(peer, "cpu"), ".2f"), fmt(_median(peer, "process_cpu"), ".2f"),
+         fmt(_median(peer, "peak_mb"), ".0f")],
     ]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
@@ -190,11 +176,11 @@ def _bench(args: argparse.Namespace) -> int:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
     print()
     print(f"ratio ours/peer, call time (validate() vs open + protocol + metadata): "
-          f"{_fmt(_ratio(_median(ours, 'seconds'), _median(peer, 'seconds')), '.2f')} "
-          f"(CPU: {_fmt(_ratio(_median(ours, 'cpu'), _median(peer, 'cpu')), '.2f')})")
+          f"{fmt(_ratio(_median(ours, 'seconds'), _median(peer, 'seconds')), '.2f')} "
+          f"(CPU: {fmt(_ratio(_median(ours, 'cpu'), _median(peer, 'cpu')), '.2f')})")
     print(f"ratio ours/peer, whole process (deltaberg validate vs a process opening the table with deltalake): "
-          f"{_fmt(_ratio(_median(cli, 'process_seconds'), _median(peer, 'process_seconds')), '.2f')} "
-          f"(CPU: {_fmt(_ratio(_median(cli, 'process_cpu'), _median(peer, 'process_cpu')), '.2f')})")
+          f"{fmt(_ratio(_median(cli, 'process_seconds'), _median(peer, 'process_seconds')), '.2f')} "
+          f"(CPU: {fmt(_ratio(_median(cli, 'process_cpu'), _median(peer, 'process_cpu')), '.2f')})")
     if ours:
         last = ours[-1]
         print(f"ours: version {last['version']}, {last['rules']} rules, {last['violations']} violations")
