@@ -48,7 +48,7 @@ ENTRY_COLUMNS = frozenset(
     ["status", "snapshot_id", "sequence_number", "file_sequence_number"]
     + [f.name for f in data_file_type(StructType()).fields]
 )
-DEFAULT_CHUNK_ROWS = 16_384
+DEFAULT_CHUNK_ROWS = 8_192  # as fast as larger chunks (cache-sized), and less memory per writer thread
 DEFAULT_BLOCK_ROWS = 4_096
 
 
