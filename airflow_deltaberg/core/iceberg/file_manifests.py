@@ -8,10 +8,10 @@ the driver writes the manifest list and metadata.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +28,9 @@ from airflow_deltaberg.core.storage import Storage, open_storage
 #: Entries per manifest. Readers plan a scan manifest by manifest; ~25k entries keep each one a few MB.
 MANIFEST_ROWS = 25_000
 MANIFEST_WRITERS = 2
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -130,15 +133,20 @@ def _write_manifest(storage: Storage, plan: SnapshotPlan, entries: pa.Table, con
                                  plan.sequence_number, content=content)
 
 
+def _two_at_a_time(write: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``write`` over ``items`` in order, two at a time when there is more than one (the takes, the encoders
+    and the compression release the GIL for most of their work)."""
+    if len(items) <= 1:
+        return [write(item) for item in items]
+    with ThreadPoolExecutor(max_workers=MANIFEST_WRITERS) as pool:
+        return list(pool.map(write, items))
+
+
 def write_entry_manifests(storage: Storage, plan: SnapshotPlan, entries: pa.Table, *, content: str = "data",
                           rows_per_manifest: int = MANIFEST_ROWS) -> list[ManifestRecord]:
-    """Manifests of ``rows_per_manifest`` consecutive entries each, written two at a time (the encoders and
-    the compression release the GIL for most of their work)."""
+    """Manifests of ``rows_per_manifest`` consecutive entries each, written two at a time."""
     slices = [entries.slice(offset, rows_per_manifest) for offset in range(0, entries.num_rows, rows_per_manifest)]
-    if len(slices) <= 1:
-        return [_write_manifest(storage, plan, part, content) for part in slices]
-    with ThreadPoolExecutor(max_workers=MANIFEST_WRITERS) as pool:
-        return list(pool.map(lambda part: _write_manifest(storage, plan, part, content), slices))
+    return _two_at_a_time(lambda part: _write_manifest(storage, plan, part, content), slices)
 
 
 def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, *,
@@ -147,7 +155,7 @@ def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, 
 
     The files are put in pruning order once; then each manifest's share is taken, turned into entries and
     written on its own, two at a time: no table of every entry is ever in memory, and the takes, the stats
-    parsing and the encoding of two manifests run side by side (they release the GIL for most of their work).
+    parsing and the encoding of two manifests run side by side.
     """
     # Takes of a few rows from each of many chunks cost several times one copy into a single chunk (and a
     # caller that passed its only reference frees the chunks here).
@@ -158,12 +166,7 @@ def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, 
         entries = _entries_in_order(storage, plan, files.take(order.slice(offset, rows_per_manifest)))
         return _write_manifest(storage, plan, entries.data, "data"), entries.deletes
 
-    offsets = range(0, files.num_rows, rows_per_manifest)
-    if len(offsets) <= 1:
-        written = [write(offset) for offset in offsets]
-    else:
-        with ThreadPoolExecutor(max_workers=MANIFEST_WRITERS) as pool:
-            written = list(pool.map(write, offsets))
+    written = _two_at_a_time(write, range(0, files.num_rows, rows_per_manifest))
     records = [record for record, _ in written]
     deletes = [d for _, d in written if d is not None]
     if deletes:
