@@ -32,7 +32,6 @@ and a concurrent writer's commit could be lost, so it is not done automatically.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -68,7 +67,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.core.iceberg.publish import ConcurrentConversionError
+from airflow_deltaberg.core.iceberg.publish import ConcurrentConversionError, metadata_file_version
 from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, DELTA_VERSION
 
 log = logging.getLogger(__name__)
@@ -77,7 +76,6 @@ log = logging.getLogger(__name__)
 COMMIT_MODE_PROPERTY = "deltaberg.commit-mode"
 CommitMode = Literal["pointer", "updates"]
 #: Properties Iceberg derives from the metadata itself: never sent as property updates.
-_CONVERTER_METADATA_FILE = re.compile(r"/v\d+\.metadata\.json$")
 _RESERVED_PROPERTIES = frozenset({
     "format-version", "uuid", "snapshot-count", "current-snapshot-id", "current-snapshot-summary",
     "current-snapshot-timestamp-ms", "current-schema", "default-partition-spec", "default-sort-order",
@@ -199,7 +197,7 @@ def _delete_dropped_catalog_files(table: Table, committed: TableMetadata) -> Non
         return
     dropped = {e.metadata_file for e in table.metadata.metadata_log} - {e.metadata_file for e in committed.metadata_log}
     for location in sorted(dropped):
-        if _CONVERTER_METADATA_FILE.search(location):
+        if metadata_file_version(location.rsplit("/", 1)[-1]) is not None:
             continue
         try:
             table.io.delete(location)

@@ -18,7 +18,12 @@ from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataV2
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_entries, read_state, state_key
-from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, publish_metadata
+from airflow_deltaberg.core.iceberg.publish import (
+    METADATA_DIR,
+    PublishedMetadata,
+    metadata_folder_key,
+    publish_metadata,
+)
 from airflow_deltaberg.core.iceberg.table_metadata import with_log_entry
 from airflow_deltaberg.core.storage import Storage
 
@@ -54,24 +59,18 @@ def snapshots_to_expire(metadata: TableMetadataV2, *, older_than_ms: int | None,
             if s.snapshot_id not in keep and (older_than_ms is None or s.timestamp_ms < older_than_ms)}
 
 
-def _own_key(storage: Storage, location: str) -> str | None:
-    """The storage key of a location inside the Iceberg metadata folder, None for anything else."""
-    prefix = storage.uri(METADATA_DIR) + "/"
-    return location[len(storage.root) + 1:] if location.startswith(prefix) else None
-
-
 def _files_of(storage: Storage, manifest_list: str, state: ConversionState) -> set[str]:
     """Keys of every metadata-folder file a snapshot uses."""
-    list_key = _own_key(storage, manifest_list)
+    list_key = metadata_folder_key(storage, manifest_list)
     keys = {list_key, state_key(list_key)} if list_key else set()
     for record in state.manifests:
-        manifest_key = _own_key(storage, record.info.manifest_path)
+        manifest_key = metadata_folder_key(storage, record.info.manifest_path)
         if manifest_key:
             keys.update((manifest_key, record.entries_key))
         if record.info.content == 1:
             entries = read_entries(storage, record)
             live = entries.filter(pc.not_equal(entries.column("status"), 2))
-            keys.update(k for path in live.column("file_path").to_pylist() if (k := _own_key(storage, path)))
+            keys.update(k for path in live.column("file_path").to_pylist() if (k := metadata_folder_key(storage, path)))
     return keys
 
 

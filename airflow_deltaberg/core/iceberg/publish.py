@@ -66,7 +66,7 @@ def latest_metadata(storage: Storage) -> PublishedMetadata | None:
         while storage.exists(metadata_key(version + 1)):
             version += 1
     else:
-        versions = [int(m.group(1)) for e in storage.list_from(METADATA_DIR) if (m := _METADATA_FILE.match(e.name))]
+        versions = [v for e in storage.list_from(METADATA_DIR) if (v := metadata_file_version(e.name)) is not None]
         if not versions:
             return None
         version = max(versions)
@@ -109,11 +109,20 @@ def dropped_metadata_files(storage: Storage, before: PublishedMetadata | None, a
 
 def _own_version(storage: Storage, location: str) -> int | None:
     """N of a location that is this table's ``<metadata folder>/v<N>.metadata.json``, else None."""
-    prefix = storage.uri(METADATA_DIR) + "/"
-    if not location.startswith(prefix):
-        return None
-    match = _METADATA_FILE.match(location[len(prefix):])
+    key = metadata_folder_key(storage, location)
+    return None if key is None else metadata_file_version(key[len(METADATA_DIR) + 1:])
+
+
+def metadata_file_version(name: str) -> int | None:
+    """N of a file name ``v<N>.metadata.json`` (a metadata file this converter wrote), else None."""
+    match = _METADATA_FILE.match(name)
     return int(match.group(1)) if match else None
+
+
+def metadata_folder_key(storage: Storage, location: str) -> str | None:
+    """The storage key of a location inside the table's Iceberg metadata folder, None for anything else."""
+    prefix = storage.uri(METADATA_DIR) + "/"
+    return location[len(storage.root) + 1:] if location.startswith(prefix) else None
 
 
 def ensure_version_hint(storage: Storage, version: int) -> None:
