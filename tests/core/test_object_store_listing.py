@@ -53,7 +53,20 @@ class Request:
         return self.method == "GET" and self.query.get("list-type") == ["2"]
 
 
-class RequestLog:
+class CapturedRequests:
+    """``requests`` in arrival order, and ``capture()``: the ones that arrive inside a ``with`` block."""
+
+    requests: list[Request]
+
+    @contextmanager
+    def capture(self) -> Iterator[list[Request]]:
+        seen: list[Request] = []
+        start = len(self.requests)
+        yield seen
+        seen.extend(self.requests[start:])
+
+
+class RequestLog(CapturedRequests):
     """WSGI middleware: every request the S3 server receives, in arrival order."""
 
     def __init__(self, app: Callable[..., Any]):
@@ -64,13 +77,6 @@ class RequestLog:
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         self.requests.append(Request(environ["REQUEST_METHOD"], unquote(environ.get("PATH_INFO", "")), query))
         return self.app(environ, start_response)
-
-    @contextmanager
-    def capture(self) -> Iterator[list[Request]]:
-        seen: list[Request] = []
-        start = len(self.requests)
-        yield seen
-        seen.extend(self.requests[start:])
 
 
 @dataclass
@@ -503,7 +509,7 @@ GCSFS_MISSING = "gcsfs is not installed (it is in the test extra: pip install -e
 EMULATOR_MISSING = "gcp-storage-emulator is not installed (it is in the test extra: pip install -e '.[test]')"
 
 
-class EmulatorLog(logging.Handler):
+class EmulatorLog(logging.Handler, CapturedRequests):
     """The requests the GCS emulator answered, from its own request log (one line per request)."""
 
     def __init__(self) -> None:
@@ -516,13 +522,6 @@ class EmulatorLog(logging.Handler):
             method, target, _ = line[1:].split('"', 1)[0].split(" ", 2)
             path, _, query = target.partition("?")
             self.requests.append(Request(method, unquote(path), parse_qs(query, keep_blank_values=True)))
-
-    @contextmanager
-    def capture(self) -> Iterator[list[Request]]:
-        seen: list[Request] = []
-        start = len(self.requests)
-        yield seen
-        seen.extend(self.requests[start:])
 
 
 @dataclass
