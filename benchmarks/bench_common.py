@@ -6,6 +6,8 @@ import os
 import resource
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -15,6 +17,30 @@ def rss_mb() -> float:
     """This process's peak RSS in MiB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
     scale = 1 if sys.platform == "darwin" else 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / (1 << 20)
+
+
+def timed(fn: Callable[[], dict], profile_out: str | None = None) -> dict:
+    """Run ``fn`` once (under cProfile when ``profile_out`` names a file for the stats); its figures plus wall
+    seconds (unless ``fn`` gave them), CPU seconds, peak RSS and the RSS before the call."""
+    idle_mb = rss_mb()
+    profiler = None
+    if profile_out:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile_out)
+    result.setdefault("seconds", seconds)
+    result.update(peak_mb=rss_mb(), idle_mb=idle_mb,
+                  cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return result
 
 
 def loadavg() -> str:

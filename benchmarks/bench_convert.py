@@ -30,18 +30,16 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_common import fmt, linked_copy, loadavg, print_profile, print_table, rss_mb
+from bench_common import fmt, linked_copy, loadavg, print_profile, print_table, timed
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -63,29 +61,6 @@ CHILD_MODES = ("full", "incremental", "naive-ours", "naive-pyiceberg", "fixture"
 # -- child side -------------------------------------------------------------------------------------
 
 
-def _timed(fn: Callable[[], dict], profile_out: str | None) -> dict:
-    """Run ``fn`` once; its figures plus wall and CPU seconds, peak RSS and the RSS before the call."""
-    idle_mb = rss_mb()
-    profiler = None
-    if profile_out:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(profile_out)
-    result.setdefault("seconds", seconds)
-    result.update(peak_mb=rss_mb(), idle_mb=idle_mb,
-                  cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return result
-
-
 def _convert_child(mode: str, path: str, profile_out: str | None) -> dict:
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from pyiceberg.table import StaticTable
@@ -96,7 +71,7 @@ def _convert_child(mode: str, path: str, profile_out: str | None) -> dict:
         result = convert(path, full=mode == "full")
         return {"result": result.to_dict()}
 
-    figures = _timed(run, profile_out)
+    figures = timed(run, profile_out)
     result = figures["result"]
     # What the new snapshot's manifest list holds, read back with pyiceberg.
     snapshot = StaticTable.from_metadata(result["metadata_location"]).current_snapshot()
@@ -159,9 +134,9 @@ def _naive_ours_child(path: str, entries: int, workdir: str) -> dict:
                                schema=schema, spec=spec, snapshot_id=snapshot_id)
             return {"entries": everything.num_rows}
 
-        small = _timed(write_subset, None)
+        small = timed(write_subset, None)
         size = os.path.getsize(os.path.join(tmp, "subset.avro"))
-        full = _timed(write_all, None)
+        full = timed(write_all, None)
     return {"subset": small, "all": full, "subset_bytes": size, "total_entries": everything.num_rows,
             "seconds": small["seconds"], "peak_mb": full["peak_mb"], "idle_mb": small["idle_mb"],
             "per_manifest": MANIFEST_ROWS,
@@ -209,7 +184,7 @@ def _naive_pyiceberg_child(path: str, entries: int, workdir: str, profile_out: s
                 data_file=data_file))
         return {"objects": out}
 
-    built = _timed(build, None)
+    built = timed(build, None)
     objects = built.pop("objects")
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         target = os.path.join(tmp, "pyiceberg.avro")
@@ -221,7 +196,7 @@ def _naive_pyiceberg_child(path: str, entries: int, workdir: str, profile_out: s
                     writer.add(entry)
             return {"entries": len(objects)}
 
-        written = _timed(write, profile_out)
+        written = timed(write, profile_out)
         size = os.path.getsize(target)
     return {"build": built, "write": written, "subset_bytes": size, "total_entries": total,
             "seconds": built["seconds"] + written["seconds"], "peak_mb": written["peak_mb"],
@@ -243,7 +218,7 @@ def _fixture_child(path: str) -> dict:
                     "error": str(exc)[:400]}
         return {"result": result.to_dict()}
 
-    figures = _timed(run, None)
+    figures = timed(run, None)
     files = DeltaTable(path).snapshot().files
     counts = files.column("stats_parsed").combine_chunks().field("numRecords")
     sample = files.column("path").slice(0, 1000).to_pylist()

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_common import fmt, loadavg, print_profile, print_table, rss_mb
+from bench_common import fmt, loadavg, print_profile, print_table, timed
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -102,23 +102,8 @@ def child(mode: str, path: str, profile_out: str | None) -> None:
             return {"rows": rows, "phases": {"open": t1 - t0, step: time.perf_counter() - t1}}
 
     imports = time.perf_counter() - imports_started
-    idle_mb = rss_mb()
-    profiler = None
-    if profile_out:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter()
-    result = load()
-    seconds = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(profile_out)
-    result.update(seconds=seconds, imports=imports, peak_mb=rss_mb(), idle_mb=idle_mb,
-                  cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    result = timed(load, profile_out)
+    result["imports"] = imports
     print(json.dumps(result), flush=True)
 
 

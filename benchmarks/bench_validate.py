@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import fmt, loadavg, rss_mb
+from bench_common import fmt, loadavg, timed
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -64,13 +64,8 @@ def child(mode: str, path: str, level: str) -> None:
                     "partitions": len(metadata.partition_columns)}
 
     imports = time.perf_counter() - imports_started
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter()
-    result = call()
-    seconds = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    result.update(seconds=seconds, imports=imports, peak_mb=rss_mb(),
-                  cpu=after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    result = timed(call)
+    result["imports"] = imports
     print(json.dumps(result))
 
 
