@@ -157,16 +157,17 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         with tempfile.TemporaryDirectory(prefix="deltaberg-enable-") as tmp:
             result_file = os.path.join(tmp, "result.json")
             args = ["--table", location, "--read-version", str(read_version), "--result-file", result_file]
-            if storage_options:
-                local_files = SparkSubmitHook(conn_id=self.spark_conn_id)._connection.get("deploy_mode") != "cluster"
-                args += ["--storage-options-json", settings_argument(tmp, "--storage-options-json", storage_options,
-                                                                     local_files=local_files)]
             kwargs = {k: v for k, v in self.spark_submit_kwargs.items() if k != "env_vars"}
-            self._hook = SparkSubmitHook(
+            hook_kwargs: dict[str, Any] = dict(
                 conn_id=self.spark_conn_id, conf=self.spark_conf, jars=self.spark_jars, packages=self.spark_packages,
-                name=kwargs.pop("name", f"deltaberg-enable-{self.task_id}"), application_args=args,
-                env_vars=self._env_vars(), **kwargs,
+                name=kwargs.pop("name", f"deltaberg-enable-{self.task_id}"), env_vars=self._env_vars(), **kwargs,
             )
+            if storage_options:
+                # Resolved as the submitting hook resolves it (a deploy_mode argument overrides the connection).
+                deploy_mode = SparkSubmitHook(**hook_kwargs)._connection.get("deploy_mode")
+                args += ["--storage-options-json", settings_argument(tmp, "--storage-options-json", storage_options,
+                                                                     local_files=deploy_mode != "cluster")]
+            self._hook = SparkSubmitHook(application_args=args, **hook_kwargs)
             self.log.info("Submitting the rewrite of %s (read version %s)", location, read_version)
             try:
                 self._hook.submit(rewrite_application())

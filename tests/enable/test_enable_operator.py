@@ -4,6 +4,7 @@ rewrite submitted through SparkSubmit (spark_default = local[*]) in the spark te
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -128,3 +129,33 @@ def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], 
     assert after == before  # the int8 values come back as the same integers
     assert DeltaTable(str(path)).snapshot().schema.field("small").type.name == "integer"
     assert_secret_only_in_private_files(spark_submit_commands, STORAGE_SECRET)
+
+
+@pytest.mark.spark
+def test_cluster_deploy_mode_passes_the_storage_options_inline(run_dag: Callable[..., Any], dag_id: str,
+                                                                deltalake_table: Callable[..., Path],
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                secret_storage_connection: str,
+                                                                spark_submit_commands: list[dict[str, Any]]) -> None:
+    """A deploy_mode argument of cluster (the driver runs elsewhere, a local file would not reach it) makes the
+    storage options travel as JSON on the command line, as the submitting hook resolves the mode. spark-submit
+    then finds no YARN configuration here, and the task fails with nothing committed."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    for variable in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    path = deltalake_table("t")
+    before = log_bytes(path)
+    with make_dag(dag_id) as dag:
+        DeltaEnableIcebergWriterCompatOperator(task_id="enable", table_uri=str(path), mode="rewrite",
+                                               deltaberg_conn_id=secret_storage_connection, spark_conn_id="spark_yarn",
+                                               spark_submit_kwargs={"deploy_mode": "cluster"})
+    result = run_dag(dag)
+    assert result.ti("enable").state == "failed"
+    assert log_bytes(path) == before
+    [built] = spark_submit_commands
+    command = built["command"]
+    assert command[command.index("--deploy-mode") + 1] == "cluster"
+    inline = command[command.index("--storage-options-json") + 1]
+    assert json.loads(inline) == {"token": STORAGE_SECRET}
+    assert built["files"] == {}
