@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
 from airflow_deltaberg.core.errors import VersionNotFoundError
@@ -437,9 +436,8 @@ def convert(
     # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
     # metadata files that fell out of the metadata log.
     delete_expired_files(table.storage, expiry)
-    if property_as_bool(tip.published.metadata.properties, DELETE_AFTER_COMMIT, False):
-        for key in dropped_metadata_files(table.storage, published, tip.published):
-            table.storage.delete(key)
+    for key in dropped_metadata_files(table.storage, published, tip.published):
+        table.storage.delete(key)
     current = tip.published.metadata.current_snapshot_id or 0
     return ConversionResult(
         table=table.location,

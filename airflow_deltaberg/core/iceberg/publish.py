@@ -16,8 +16,10 @@ import re
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
+from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError
+from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT
 from airflow_deltaberg.core.storage import Storage
 
 ICEBERG_DIR = "_iceberg"
@@ -95,8 +97,10 @@ def publish_metadata(storage: Storage, version: int, metadata: TableMetadataV2) 
 def dropped_metadata_files(storage: Storage, before: PublishedMetadata | None, after: PublishedMetadata) -> list[str]:
     """Keys of this converter's metadata files (``v<N>.metadata.json``) that ``after`` no longer names, neither
     as itself nor in its metadata log, from the oldest one ``before`` named on: what a commit may delete once
-    every pointer has moved to ``after`` (when the table's ``write.metadata.delete-after-commit.enabled``
-    says so). Older ones were deleted by an earlier run."""
+    every pointer has moved to ``after``; none unless the table's ``write.metadata.delete-after-commit.enabled``
+    says so. Older ones were deleted by an earlier run."""
+    if not property_as_bool(after.metadata.properties, DELETE_AFTER_COMMIT, False):
+        return []
     named = [after.location, *(e.metadata_file for e in after.metadata.metadata_log)]
     kept = {v for location in named if (v := _own_version(storage, location)) is not None}
     if before is None:
