@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
 from airflow_deltaberg.core.delta.stats import conform
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
+from airflow_deltaberg.core.read_ahead import read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
 DV_TYPE = pa.struct(
@@ -530,8 +531,8 @@ _FILE_KINDS = ("add", "remove")
 _OTHER_KINDS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
 CHECKPOINT_BATCH_ROWS = 131_072
 # Rows of JSON stats parsed at once: their strings (about 1.4 KB each for 20 columns) are held two or three
-# times over while parsed.
-_JSON_STATS_BATCH_ROWS = 32_768
+# times over while parsed. With the next batch read ahead, 16k rows parse 1M files' stats faster than 8k or 32k.
+_JSON_STATS_BATCH_ROWS = 16_384
 
 
 # A field every action of the kind has: where its column holds no value, the row group holds no such action.
@@ -649,7 +650,8 @@ def iter_checkpoint_stats(
         for needs_json, groups in runs:
             columns = ["add.path", *struct_columns, *(["add.stats"] if needs_json else [])]
             rows = _JSON_STATS_BATCH_ROWS if needs_json else CHECKPOINT_BATCH_ROWS
-            for batch in _sliced_batches(storage, entry, pf, groups, columns, rows):
+            # The next batch is read while this one's stats are parsed (the parser leaves a core idle).
+            for batch in read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows)):
                 add = batch.column("add")
                 if add.null_count == len(add):
                     continue

@@ -136,7 +136,9 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
     try:
         table = pj.read_json(
             pa.BufferReader(_ndjson_buffer(present)),
-            read_options=pj.ReadOptions(block_size=16 << 20),
+            # Blocks of 4 MB keep the reader's threads evenly busy on a chunk of a few tens of MB (16 MB: 20%
+            # slower on 2 cores).
+            read_options=pj.ReadOptions(block_size=4 << 20),
             parse_options=pj.ParseOptions(
                 explicit_schema=pa.schema(list(parse_type)), unexpected_field_behavior="ignore"
             ),

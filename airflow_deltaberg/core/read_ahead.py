@@ -1,0 +1,36 @@
+"""Reading the next item of an iterator on a background thread while the caller works on the current one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+_END = object()
+
+
+def read_ahead(items: Iterable[T]) -> Iterator[T]:
+    """The items of ``items`` in order, each next one produced on a background thread while the caller works on
+    the one it was given (at most one item ahead). Errors surface in the caller, at the item that raised them;
+    closing this iterator early closes ``items`` too."""
+    source = iter(items)
+
+    def pull() -> object:
+        return next(source, _END)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead")
+    try:
+        pending = pool.submit(pull)
+        while True:
+            item = pending.result()
+            if item is _END:
+                return
+            pending = pool.submit(pull)
+            yield item  # type: ignore[misc]
+    finally:
+        # The pull under way finishes first: a generator must not be closed while another thread runs it.
+        pool.shutdown(wait=True, cancel_futures=True)
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
