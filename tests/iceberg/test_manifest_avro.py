@@ -346,6 +346,29 @@ def test_varints_match_fastavro_for_extremes() -> None:
         assert got == expected.getvalue()
 
 
+def test_wide_run_of_full_slots_between_variable_ones_keeps_each_row() -> None:
+    """A run of full slots wide enough to become its own part, between varints of uneven length (one of them
+    left out of some rows): every row still holds its parts in order."""
+    n = 5
+    first = np.array([0, 1, 300, -70000, 2**40], np.int64)
+    wide = bytes(range(40))
+    mat = np.arange(n * 8, dtype=np.uint8).reshape(n, 8)
+    last = first[::-1].copy()
+    active = np.array([True, False, True, True, False])
+    b = RowBuilder(n)
+    b.long(first)
+    b.const(wide)
+    b.matrix(mat)
+    b.long(last, active)
+    for i, got in enumerate(b.finish().to_pylist()):
+        expected = io.BytesIO()
+        fastavro.schemaless_writer(expected, "long", int(first[i]))
+        expected.write(wide + mat[i].tobytes())
+        if active[i]:
+            fastavro.schemaless_writer(expected, "long", int(last[i]))
+        assert got == expected.getvalue()
+
+
 def _field_ids(avro_type: Any, path: str, out: dict[str, int]) -> None:
     if isinstance(avro_type, list):
         for branch in avro_type:

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any, Protocol
 
 import numpy as np
@@ -30,6 +31,7 @@ except ImportError:  # a platform without isal wheels: zlib writes the same form
 MAGIC = b"Obj\x01"
 CODECS = ("null", "deflate")
 _MAX_OFFSET = 2**31 - 1
+_OWN_PART_WIDTH = 32  # bytes per row from which a run of full slots is not compacted with others
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,11 @@ def varint_slot(z: np.ndarray) -> Slot:
     width = max(1, (top.bit_length() + 6) // 7)
     if width == 1:
         return Slot(1, None, lambda out, used: np.copyto(out[:, 0], z, casting="unsafe"))
-    lens = np.ones(n, np.uint8)
+    lens: np.ndarray | None = np.ones(n, np.uint8)
     for k in range(1, width):
         lens += z >= z.dtype.type(1 << (7 * k))
+    if int(lens.min()) == width:
+        lens = None  # every value takes the full width: the slot needs no compaction
 
     def fill(out: np.ndarray, used: np.ndarray | None) -> None:
         for k in range(width):
@@ -229,9 +233,21 @@ class RowBuilder:
         self._parts.append(arr)
 
     def _flush(self) -> None:
-        if self._slots:
-            self._parts.append(compact(self._slots, self.n))
-            self._slots = []
+        # A wide run of full slots becomes a part of its own: compacted together with variable slots, each of
+        # its bytes would be masked and filtered; on its own it is one matrix, and the join copies it once.
+        group: list[Slot] = []
+        for full, run in groupby(self._slots, key=lambda s: s.lens is None):
+            slots = list(run)
+            if full and sum(s.width for s in slots) >= _OWN_PART_WIDTH:
+                if group:
+                    self._parts.append(compact(group, self.n))
+                    group = []
+                self._parts.append(compact(slots, self.n))
+            else:
+                group.extend(slots)
+        if group:
+            self._parts.append(compact(group, self.n))
+        self._slots = []
 
     def finish(self) -> pa.BinaryArray:
         """One encoded value per row."""
