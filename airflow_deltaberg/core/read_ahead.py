@@ -1,12 +1,14 @@
-"""Reading the next item of an iterator on a background thread while the caller works on the current one."""
+"""Iterators that keep working on the next items on background threads while the caller works on the current one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 _END = object()
 
 
@@ -34,3 +36,21 @@ def read_ahead(items: Iterable[T]) -> Iterator[T]:
         close = getattr(source, "close", None)
         if close is not None:
             close()
+
+
+def map_ahead(work: Callable[[T], R], items: Iterable[T], *, workers: int = 2) -> Iterator[R]:
+    """``work`` over ``items`` on ``workers`` threads, results in order, at most ``workers`` items in flight.
+
+    Items are pulled from ``items`` in the calling thread; wrap a slow source in read_ahead to overlap it too.
+    """
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="map-ahead")
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(work, item))
+            if len(pending) >= workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

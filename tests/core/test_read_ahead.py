@@ -1,4 +1,5 @@
-"""read_ahead: order, errors, early close, and that the next item really is produced while the caller works."""
+"""read_ahead and map_ahead: order, errors, early close, and that the next items really are worked on while the
+caller works."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_deltaberg.core.read_ahead import read_ahead
+from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 
 
 def test_items_come_in_order() -> None:
@@ -56,3 +57,31 @@ def test_closing_early_closes_the_source() -> None:
     assert [next(items), next(items)] == [0, 1]
     items.close()  # type: ignore[attr-defined]
     assert closed.is_set()
+
+
+def test_map_ahead_keeps_the_order_of_its_items() -> None:
+    assert list(map_ahead(lambda x: x * x, range(200))) == [x * x for x in range(200)]
+    assert list(map_ahead(str, [])) == []
+
+
+def test_map_ahead_works_on_two_items_at_once() -> None:
+    both_running = threading.Barrier(2, timeout=30)
+
+    def work(item: int) -> int:
+        both_running.wait()  # passes only when another item's work runs at the same time
+        return item
+
+    assert list(map_ahead(work, [1, 2])) == [1, 2]
+
+
+def test_map_ahead_raises_the_error_of_the_item_that_failed() -> None:
+    def work(item: int) -> int:
+        if item == 3:
+            raise ValueError(f"item {item} is broken")
+        return item
+
+    got = []
+    with pytest.raises(ValueError, match="item 3 is broken"):
+        for result in map_ahead(work, range(10)):
+            got.append(result)
+    assert got == [0, 1, 2]

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
 from airflow_deltaberg.core.delta.stats import conform
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
-from airflow_deltaberg.core.read_ahead import read_ahead
+from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
 DV_TYPE = pa.struct(
@@ -650,12 +650,10 @@ def iter_checkpoint_stats(
         for needs_json, groups in runs:
             columns = ["add.path", *struct_columns, *(["add.stats"] if needs_json else [])]
             rows = _JSON_STATS_BATCH_ROWS if needs_json else CHECKPOINT_BATCH_ROWS
-            # The next batch is read while this one's stats are parsed (the parser leaves a core idle).
-            for batch in read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows)):
-                add = batch.column("add")
-                if add.null_count == len(add):
-                    continue
-                yield _add_stats(add.filter(add.is_valid()) if add.null_count else add, target, parse_json)
+            # The next batch is read while two batches' stats are parsed: one parser call alone leaves a core
+            # idle at its start and end.
+            batches = read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows))
+            yield from map_ahead(lambda batch: _batch_stats(batch, target, parse_json), batches)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
@@ -720,6 +718,14 @@ def _struct_stats_complete(pf: pq.ParquetFile, group: int) -> bool:
                 return False
             nulls[column.path_in_schema] = stats.null_count
     return len(nulls) == 2 and nulls["add.stats_parsed.numRecords"] == nulls["add.path"]
+
+
+def _batch_stats(batch: pa.RecordBatch, target: pa.StructType, parse_json: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """The stats of the adds of a checkpoint batch (rows without an add left out)."""
+    add = batch.column("add")
+    if add.null_count == len(add):
+        return pa.nulls(0, target)
+    return _add_stats(add.filter(add.is_valid()) if add.null_count else add, target, parse_json)
 
 
 def _add_stats(add: pa.StructArray, target: pa.StructType, parse_json: Callable[[pa.Array], pa.Array]) -> pa.Array:
