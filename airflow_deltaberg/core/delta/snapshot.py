@@ -121,6 +121,10 @@ class Snapshot:
             return self.files
         return self._files_table(self.parsed_stats())
 
+    def file_keys(self) -> pa.Table:
+        """path and partitionValues of the live files, in ``files`` row order, without reading any stats."""
+        return self.state.adds.select(["path", "partitionValues"])
+
     def files_with_stats(self, columns: Sequence[str] | None = None) -> pa.Table:
         """``files`` with stats_parsed holding the bounds and null counts of ``columns`` only (logical
         top-level names; ``[]``: numRecords and tightBounds only; None: every column, as ``files``).

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -41,6 +42,7 @@ from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files, 
 from airflow_deltaberg.core.iceberg.file_manifests import (
     SnapshotPlan,
     file_entries,
+    pruning_order,
     write_entry_manifests,
     write_file_manifests,
 )
@@ -70,6 +72,7 @@ from airflow_deltaberg.core.iceberg.table_metadata import (
     new_snapshot_id,
     with_table_ids,
 )
+from airflow_deltaberg.core.memory_pool import large_buffer_pool
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -237,7 +240,11 @@ ManifestWriter = Callable[[Storage, SnapshotPlan, Snapshot], list[ManifestRecord
 
 
 def _write_in_process(storage: Storage, plan: SnapshotPlan, snapshot: Snapshot) -> list[ManifestRecord]:
-    return write_file_manifests(storage, plan, snapshot.read_files())
+    # The pruning order needs no stats: it is sorted on a thread of its own while they are read. The files go
+    # straight into the call, which holds their only reference (and frees their chunks once combined).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        order = pool.submit(pruning_order, snapshot.file_keys(), plan)
+        return write_file_manifests(storage, plan, snapshot.read_files(), order=order.result())
 
 
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: _Tip, *,
@@ -418,9 +425,11 @@ def convert(
                 log.info("%s: full conversion instead of incremental: %s", table.location, reason)
                 mode = "full"
         if mode == "full":
-            snapshot = table.snapshot(target)
-            tip, files_added, files_removed = convert_full(table, snapshot, tip, storage_options=storage_options,
-                                                           manifest_writer=manifest_writer)
+            with large_buffer_pool():
+                snapshot = table.snapshot(target)
+                tip, files_added, files_removed = convert_full(table, snapshot, tip,
+                                                               storage_options=storage_options,
+                                                               manifest_writer=manifest_writer)
             written = 1
     assert tip.published is not None
     expiry = Expiry(0, None)

@@ -74,7 +74,7 @@ def file_entries(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileE
     """Entries for Delta files (columns path, partitionValues, size, stats or stats_parsed, deletionVector), in
     partition and path order."""
     files = _entry_inputs(files)
-    return _entries_in_order(storage, plan, files.take(_pruning_order(files, plan)))
+    return _entries_in_order(storage, plan, files.take(pruning_order(files, plan)))
 
 
 def _entries_in_order(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileEntries:
@@ -111,11 +111,11 @@ def _entry_inputs(files: pa.Table) -> pa.Table:
     return files.select(wanted)
 
 
-def _pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
-    """Row order of ``files`` by partition values then path, so each manifest covers a narrow partition range
-    (readers prune whole manifests by their partition summaries) and a narrow path range (removals rewrite
-    few). Partition values sort as their Delta strings, which groups equal values, all a manifest's summary
-    needs."""
+def pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
+    """Row order of ``files`` (its columns path and partitionValues suffice) by partition values then path, so
+    each manifest covers a narrow partition range (readers prune whole manifests by their partition summaries)
+    and a narrow path range (removals rewrite few). Partition values sort as their Delta strings, which groups
+    equal values, all a manifest's summary needs."""
     metadata, spec = plan.metadata, plan.spec
     physical = {f.name: f.physical_name for f in metadata.schema.fields} \
         if metadata.column_mapping_mode in ("name", "id") else {}
@@ -150,17 +150,19 @@ def write_entry_manifests(storage: Storage, plan: SnapshotPlan, entries: pa.Tabl
 
 
 def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, *,
-                         rows_per_manifest: int = MANIFEST_ROWS) -> list[ManifestRecord]:
+                         rows_per_manifest: int = MANIFEST_ROWS, order: pa.Array | None = None) -> list[ManifestRecord]:
     """Manifests (data, then deletes) adding ``files`` in the snapshot of ``plan``.
 
-    The files are put in pruning order once; then each manifest's share is taken, turned into entries and
-    written on its own, two at a time: no table of every entry is ever in memory, and the takes, the stats
-    parsing and the encoding of two manifests run side by side.
+    The files are put in pruning order once (``order``, when the caller already has ``pruning_order(files)``);
+    then each manifest's share is taken, turned into entries and written on its own, two at a time: no table of
+    every entry is ever in memory, and the takes, the stats parsing and the encoding of two manifests run side
+    by side.
     """
     # Takes of a few rows from each of many chunks cost several times one copy into a single chunk (and a
     # caller that passed its only reference frees the chunks here).
     files = _entry_inputs(files).combine_chunks()
-    order = _pruning_order(files, plan)
+    if order is None:
+        order = pruning_order(files, plan)
 
     def write(offset: int) -> tuple[ManifestRecord, pa.Table | None]:
         entries = _entries_in_order(storage, plan, files.take(order.slice(offset, rows_per_manifest)))
