@@ -43,6 +43,7 @@ from airflow_deltaberg.core.iceberg.file_manifests import (
     SnapshotPlan,
     file_entries,
     pruning_order,
+    two_at_a_time,
     write_entry_manifests,
     write_file_manifests,
 )
@@ -285,27 +286,27 @@ def _remove_entries(
 ) -> list[ManifestRecord]:
     """Rewrite the manifests of ``content`` holding entries about data files at ``locations`` (the data files
     themselves, or the position deletes referencing them): those entries become DELETED, the rest EXISTING."""
-    kept: list[ManifestRecord] = []
     column = data_path_column(content)
-    for record in manifests:
+
+    def without(record: ManifestRecord) -> ManifestRecord:
         if record.info.content != content or not record.may_contain(locations):
-            kept.append(record)
-            continue
+            return record
         entries = read_entries(storage, record)
         entries = entries.filter(pc.not_equal(entries.column("status"), 2))  # deleted earlier: not carried on
         hit = pc.is_in(entries.column(column), locations)
         if not pc.any(hit).as_py():
-            kept.append(record)
-            continue
+            return record
         hit_np = np.asarray(hit)
         status = np.where(hit_np, 2, 0).astype(np.int32)
         snap_ids = np.where(hit_np, plan.snapshot_id, np.asarray(entries.column("snapshot_id")))
         rewritten = entries.set_column(entries.schema.get_field_index("status"), "status", pa.array(status))
         rewritten = rewritten.set_column(rewritten.schema.get_field_index("snapshot_id"), "snapshot_id",
                                          pa.array(snap_ids, pa.int64()))
-        kept.append(write_manifest_record(storage, rewritten, plan.converted.schema, plan.spec, plan.snapshot_id,
-                                          plan.sequence_number, content="deletes" if content else "data"))
-    return kept
+        return write_manifest_record(storage, rewritten, plan.converted.schema, plan.spec, plan.snapshot_id,
+                                     plan.sequence_number, content="deletes" if content else "data")
+
+    # A removal spread over a partition touches a few manifests: they are rewritten two at a time.
+    return two_at_a_time(without, manifests)
 
 
 def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Table,

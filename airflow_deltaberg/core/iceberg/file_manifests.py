@@ -133,7 +133,7 @@ def _write_manifest(storage: Storage, plan: SnapshotPlan, entries: pa.Table, con
                                  plan.sequence_number, content=content)
 
 
-def _two_at_a_time(write: Callable[[T], R], items: Sequence[T]) -> list[R]:
+def two_at_a_time(write: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """``write`` over ``items`` in order, two at a time when there is more than one (the takes, the encoders
     and the compression release the GIL for most of their work)."""
     if len(items) <= 1:
@@ -146,7 +146,7 @@ def write_entry_manifests(storage: Storage, plan: SnapshotPlan, entries: pa.Tabl
                           rows_per_manifest: int = MANIFEST_ROWS) -> list[ManifestRecord]:
     """Manifests of ``rows_per_manifest`` consecutive entries each, written two at a time."""
     slices = [entries.slice(offset, rows_per_manifest) for offset in range(0, entries.num_rows, rows_per_manifest)]
-    return _two_at_a_time(lambda part: _write_manifest(storage, plan, part, content), slices)
+    return two_at_a_time(lambda part: _write_manifest(storage, plan, part, content), slices)
 
 
 def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, *,
@@ -168,7 +168,7 @@ def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, 
         entries = _entries_in_order(storage, plan, files.take(order.slice(offset, rows_per_manifest)))
         return _write_manifest(storage, plan, entries.data, "data"), entries.deletes
 
-    written = _two_at_a_time(write, range(0, files.num_rows, rows_per_manifest))
+    written = two_at_a_time(write, range(0, files.num_rows, rows_per_manifest))
     records = [record for record, _ in written]
     deletes = [d for _, d in written if d is not None]
     if deletes:
