@@ -534,39 +534,46 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"300k fixture: the convert child failed: {fixture_error}")
 
     by_name = {c.name: c for c in cases}
-    checks = []
+    checks = []  # (text, value, ok, shown, case name, a target of the issue)
     for name in ("1M files, full", "1M files (JSON stats only), full"):
         full = by_name[name].figures
         f_s, f_mb = full.median("seconds"), full.median("peak_mb")
+        target = name == "1M files, full"
         checks += [(f"{name}: convert <= {FULL_SECONDS:g} s", f_s, f_s is not None and f_s <= FULL_SECONDS,
-                    f"{fmt(f_s, '.2f')} s", "full"),
+                    f"{fmt(f_s, '.2f')} s", name, target),
                    (f"{name}: peak RSS <= {FULL_RSS_MB / 1024:g} GB", f_mb,
-                    f_mb is not None and f_mb <= FULL_RSS_MB, f"{fmt(f_mb, '.0f')} MB", "full")]
+                    f_mb is not None and f_mb <= FULL_RSS_MB, f"{fmt(f_mb, '.0f')} MB", name, target)]
     for kind in ("append", "remove+add"):
         big = by_name[f"1M files, {kind}"].figures.median("seconds")
         small = by_name[f"10k files, {kind}"].figures.median("seconds")
         r = big / small if big is not None and small else None
+        target = kind == "append"
         checks += [
             (f"{kind} commit of {COMMIT_FILES}: 1M <= {INCREMENTAL_RATIO:g}x 10k", r,
              r is not None and r <= INCREMENTAL_RATIO, f"{fmt(big, '.2f')} s / {fmt(small, '.2f')} s = "
-             f"{fmt(r, '.2f')}x", kind),
+             f"{fmt(r, '.2f')}x", f"1M files, {kind}", target),
             (f"{kind} commit of {COMMIT_FILES}: 1M <= {INCREMENTAL_SECONDS:g} s", big,
-             big is not None and big <= INCREMENTAL_SECONDS, f"{fmt(big, '.2f')} s", kind),
+             big is not None and big <= INCREMENTAL_SECONDS, f"{fmt(big, '.2f')} s", f"1M files, {kind}", target),
         ]
-    print()
-    print("Targets:")
     missed = set()
-    for text, value, ok, shown, kind in checks:
-        status = "unknown" if value is None else ("met" if ok else "NOT met")
-        if value is not None and not ok:
-            missed.add(kind)
-        print(f"  [{status:^7}] {text} ({shown})")
+    for heading, targets in (("Targets (full conversion of the 1M table; a 100-file append):", True),
+                             ("The same bounds on the JSON-only checkpoint and on a remove+add commit (measured, "
+                              "not targets):", False)):
+        print()
+        print(heading)
+        for text, value, ok, shown, name, target in checks:
+            if target != targets:
+                continue
+            status = "unknown" if value is None else ("met" if ok else "NOT met")
+            if value is not None and not ok:
+                missed.add(name)
+            print(f"  [{status:^7}] {text} ({shown})")
 
-    profiled = {"auto": missed, "all": {"full", "append", "remove+add"}, "none": set()}[args.profile]
-    for kind in ("full", "append", "remove+add"):
-        if kind not in profiled:
+    profiled = {"auto": missed, "all": {c.name for c in cases if c.table != SMALL}, "none": set()}[args.profile]
+    for profiled_case in cases:
+        if profiled_case.name not in profiled:
             continue
-        case = Case(f"1M files, {kind}", BIG, kind)
+        case = Case(profiled_case.name, profiled_case.table, profiled_case.kind)
         with tempfile.NamedTemporaryFile(suffix=".prof", delete=False, dir=args.work) as tmp:
             out = tmp.name
         print()
