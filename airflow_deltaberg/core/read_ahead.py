@@ -42,11 +42,13 @@ def map_ahead(work: Callable[[T], R], items: Iterable[T], *, workers: int = 2) -
     """``work`` over ``items`` on ``workers`` threads, results in order, at most ``workers`` items in flight.
 
     Items are pulled from ``items`` in the calling thread; wrap a slow source in read_ahead to overlap it too.
+    Closing this iterator early waits for the work under way and closes ``items``.
     """
+    source = iter(items)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="map-ahead")
     pending: deque[Future[R]] = deque()
     try:
-        for item in items:
+        for item in source:
             pending.append(pool.submit(work, item))
             if len(pending) >= workers:
                 yield pending.popleft().result()
@@ -54,3 +56,6 @@ def map_ahead(work: Callable[[T], R], items: Iterable[T], *, workers: int = 2) -
             yield pending.popleft().result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()

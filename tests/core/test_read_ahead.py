@@ -85,3 +85,18 @@ def test_map_ahead_raises_the_error_of_the_item_that_failed() -> None:
         for result in map_ahead(work, range(10)):
             got.append(result)
     assert got == [0, 1, 2]
+
+
+def test_closing_map_ahead_early_closes_its_source() -> None:
+    closed = threading.Event()
+
+    def source() -> Iterator[int]:
+        try:
+            yield from range(100)
+        finally:
+            closed.set()
+
+    results = map_ahead(lambda x: x + 1, read_ahead(source()))
+    assert [next(results), next(results)] == [1, 2]
+    results.close()  # type: ignore[attr-defined]
+    assert closed.is_set()
