@@ -259,6 +259,48 @@ def test_garbage_in_a_json_checkpoint(copy_fixture):
     assert_error_names(info.value, root, version=6, file=checkpoint, also=(f"line {n_lines + 1}",))
 
 
+NOT_JSON_STATS = '{"numRecords":3,"minValues":{"a":1'  # cut short
+
+
+def test_stats_that_are_not_json_in_a_commit(tmp_path):
+    root = tmp_path / "table"
+    deltalake.write_deltalake(str(root), pa.table({"a": [1, 2, 3]}))
+    deltalake.write_deltalake(str(root), pa.table({"a": [4]}), mode="append")
+    broken = commit(root, 1)
+    actions = [json.loads(line) for line in broken.read_text().splitlines()]
+    for action in actions:
+        if "add" in action:
+            action["add"]["stats"] = NOT_JSON_STATS
+            path = action["add"]["path"]
+    broken.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    snapshot = DeltaTable(str(root)).snapshot()  # the stats are read lazily: the load itself succeeds
+    with pytest.raises(CorruptLogError) as info:
+        snapshot.files  # noqa: B018 - the property parses every file's stats
+    assert_error_names(info.value, root, version=1, file=broken, also=(path, "not JSON"))
+
+
+def test_stats_that_are_not_json_in_a_checkpoint(tmp_path):
+    root = tmp_path / "table"
+    deltalake.write_deltalake(str(root), pa.table({"a": [1, 2, 3]}))
+    deltalake.write_deltalake(str(root), pa.table({"a": [4]}), mode="append")
+    deltalake.DeltaTable(str(root)).create_checkpoint()
+    checkpoint = root / "_delta_log" / "00000000000000000001.checkpoint.parquet"
+    table = pq.read_table(checkpoint)
+    add = table.column("add").combine_chunks()
+    stats = add.field("stats").to_pylist()
+    row = next(i for i, value in enumerate(stats) if value is not None)
+    stats[row] = NOT_JSON_STATS
+    path = add.field("path")[row].as_py()
+    children = [pa.array(stats, pa.string()) if f.name == "stats" else add.field(i) for i, f in enumerate(add.type)]
+    broken = pa.StructArray.from_arrays(children, fields=list(add.type), mask=add.is_null())
+    pq.write_table(table.set_column(table.schema.get_field_index("add"), table.schema.field("add"), broken),
+                   checkpoint)
+    snapshot = DeltaTable(str(root)).snapshot()
+    with pytest.raises(CorruptLogError) as info:
+        snapshot.files  # noqa: B018
+    assert_error_names(info.value, root, version=1, file=checkpoint, also=(path, "not JSON"))
+
+
 # -- _last_checkpoint -----------------------------------------------------------------------------
 
 BAD_LAST_CHECKPOINTS = {

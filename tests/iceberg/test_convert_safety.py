@@ -24,6 +24,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
+from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.conversion_state import read_state
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.publish import VERSION_HINT, ConcurrentConversionError
@@ -207,6 +208,31 @@ def test_unsupported_type_after_a_conversion_writes_nothing(
     change(path)
     with pytest.raises(UnsupportedTypeError):
         run_convert(path, tmp_path, full=full)
+    assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
+    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    assert catalog_rows(tmp_path) == before_rows
+    assert hint_rows(path) == before_rows
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
+def test_stats_that_are_not_json_after_a_conversion_write_nothing(full: bool, tmp_path: Path) -> None:
+    path = tmp_path / "table"
+    make_table(path)
+    first = run_convert(path, tmp_path)
+    before_rows = delta_rows(path)
+    before = metadata_files(path)
+    write_deltalake(str(path), _batch(12, 2), mode="append", partition_by=["label"])
+    new_commit = path / "_delta_log" / f"{first.delta_version + 1:020d}.json"
+    actions = [json.loads(line) for line in new_commit.read_text().splitlines()]
+    for action in actions:
+        if "add" in action:
+            action["add"]["stats"] = action["add"]["stats"][:-5]  # cut short: not JSON
+    new_commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    with pytest.raises(CorruptLogError) as info:
+        run_convert(path, tmp_path, full=full)
+    message = str(info.value)
+    assert f"version {first.delta_version + 1}" in message and new_commit.name in message, message
+    assert "not JSON" in message and str(path) in message, message
     assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
     assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
     assert catalog_rows(tmp_path) == before_rows

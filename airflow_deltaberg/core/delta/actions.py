@@ -18,7 +18,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
-from airflow_deltaberg.core.delta.stats import conform
+from airflow_deltaberg.core.delta.stats import StatsParseError, conform
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
 from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage
@@ -657,6 +657,8 @@ def iter_checkpoint_stats(
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
+    except StatsParseError as exc:
+        raise CorruptLogError(exc.describe(), table=table, version=version, file=storage.uri(entry.key)) from exc
 
 
 def _sliced_batches(
@@ -725,7 +727,11 @@ def _batch_stats(batch: pa.RecordBatch, target: pa.StructType, parse_json: Calla
     add = batch.column("add")
     if add.null_count == len(add):
         return pa.nulls(0, target)
-    return _add_stats(add.filter(add.is_valid()) if add.null_count else add, target, parse_json)
+    add = add.filter(add.is_valid()) if add.null_count else add
+    try:
+        return _add_stats(add, target, parse_json)
+    except StatsParseError as exc:
+        raise exc.of(add.field("path")[exc.row].as_py() if add.type.get_field_index("path") >= 0 else None) from exc
 
 
 def _add_stats(add: pa.StructArray, target: pa.StructType, parse_json: Callable[[pa.Array], pa.Array]) -> pa.Array:

@@ -12,11 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_deltaberg.core.arrow_util import from_numpy
-from airflow_deltaberg.core.delta.log_segment import LogSegment
+from airflow_deltaberg.core.delta.log_segment import LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
 from airflow_deltaberg.core.delta.replay import TableState
 from airflow_deltaberg.core.delta.schema import StructType
-from airflow_deltaberg.core.delta.stats import parse_stats, stats_type
+from airflow_deltaberg.core.delta.stats import StatsParseError, parse_stats, stats_type
+from airflow_deltaberg.core.errors import CorruptLogError
 
 # Reader features whose log layout this engine reads. Others (e.g. catalogManaged, whose newest commits
 # may live only in a catalog) are refused rather than read wrongly.
@@ -140,7 +141,23 @@ class Snapshot:
     def parsed_stats(self, columns: Sequence[str] | None = None) -> pa.ChunkedArray:
         """The stats of the live files (``files`` row order) as ``stats_type(schema, columns)``: from the
         stats JSON of the commits, and from the checkpoint's ``stats_parsed`` struct when it has one (else
-        its JSON). Read and parsed a chunk at a time."""
+        its JSON). Read and parsed a chunk at a time. Stats that are not JSON raise CorruptLogError."""
+        try:
+            return self._parsed_stats(columns)
+        except StatsParseError as exc:
+            raise self._stats_error(exc) from exc
+
+    def _stats_error(self, exc: StatsParseError) -> CorruptLogError:
+        adds = self.state.adds
+        version = adds.column("version")[exc.row].as_py()
+        path = adds.column("path")[exc.row].as_py()
+        index = self.state.checkpoint_add_index
+        checkpoint = self.segment.checkpoint
+        from_checkpoint = checkpoint is not None and index is not None and index[exc.row] >= 0
+        key = checkpoint.files[0].key if from_checkpoint else commit_key(version)
+        return CorruptLogError(exc.of(path).describe(), table=self.table, version=version, file=f"{self.table}/{key}")
+
+    def _parsed_stats(self, columns: Sequence[str] | None) -> pa.ChunkedArray:
         if columns is None and "files" in self.__dict__:
             return self.files.column("stats_parsed")
         schema = self.schema
@@ -174,7 +191,7 @@ class Snapshot:
             # JSON checkpoint sources keep their stats in the file table.
             parsed = pa.chunked_array(_in_slices(head_raw, parse), type=target)
             from_checkpoint = pc.if_else(head_raw.is_valid(), parsed, from_checkpoint)
-        tail = _in_slices(raw.slice(head), parse)
+        tail = _in_slices(raw.slice(head), parse, first_row=head)
         return pa.chunked_array([*from_checkpoint.chunks, *tail], type=target)
 
     def _parsed_stats_any_order(self, target: pa.StructType, parse: Callable[[pa.Array], pa.Array]) -> pa.ChunkedArray:
@@ -209,8 +226,17 @@ class Snapshot:
 _STATS_SLICE_ROWS = 65_536
 
 
-def _in_slices(raw: pa.ChunkedArray, parse: Callable[[pa.Array], pa.Array]) -> list[pa.Array]:
+def _in_slices(raw: pa.ChunkedArray, parse: Callable[[pa.Array], pa.Array], first_row: int = 0) -> list[pa.Array]:
     """``parse`` over ``raw`` a slice at a time: the parser holds a slice's JSON several times over, and a
-    chunk read from one big commit can hold the stats of a million files."""
-    return [parse(chunk.slice(start, _STATS_SLICE_ROWS)) for chunk in raw.chunks
-            for start in range(0, len(chunk), _STATS_SLICE_ROWS)]
+    chunk read from one big commit can hold the stats of a million files. A StatsParseError names its row as
+    ``first_row`` plus the row's index in ``raw``."""
+    out = []
+    offset = first_row
+    for chunk in raw.chunks:
+        for start in range(0, len(chunk), _STATS_SLICE_ROWS):
+            try:
+                out.append(parse(chunk.slice(start, _STATS_SLICE_ROWS)))
+            except StatsParseError as exc:
+                raise exc.moved(offset + start) from exc
+        offset += len(chunk)
+    return out

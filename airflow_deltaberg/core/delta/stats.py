@@ -25,6 +25,28 @@ from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructF
 _INTS = {"byte", "short", "integer", "long"}
 
 
+class StatsParseError(ValueError):
+    """A stats string that is not JSON; ``row`` is its index in the array given to ``parse_stats``, ``path`` the
+    data file of its add once a caller knows it. Callers that know where the row comes from turn it into a
+    CorruptLogError naming the table, version and file."""
+
+    def __init__(self, message: str, row: int, path: str | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+        self.path = path
+
+    def moved(self, offset: int) -> StatsParseError:
+        """The same error for a row ``offset`` further on (the array was a slice starting there)."""
+        return StatsParseError(str(self), self.row + offset, self.path)
+
+    def of(self, path: str | None) -> StatsParseError:
+        """The same error, naming the data file whose add holds the stats."""
+        return StatsParseError(str(self), self.row, path)
+
+    def describe(self) -> str:
+        return f"the add of {self.path} has {self}"
+
+
 def _value_type(t: PrimitiveType) -> pa.DataType | None:
     name = t.name
     if name in _INTS:
@@ -147,10 +169,17 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
             [table.column(f.name).combine_chunks() for f in parse_type], fields=list(parse_type)
         )
     except pa.ArrowInvalid:
-        # Rare values the columnar reader refuses (e.g. NaN or Infinity float bounds): parse row by row,
-        # numbers as exact decimals (a float would move a decimal bound below or above its value), and drop
-        # such a float bound rather than guess it.
-        rows = [_sanitize(json.loads(s, parse_float=Decimal), parse_type) for s in present.to_pylist()]
+        # Rare values the columnar reader refuses (e.g. NaN or Infinity float bounds): parse row by row, numbers
+        # as exact decimals (a float would move a decimal bound below or above its value), and drop such a float
+        # bound rather than guess it. Text that is not JSON at all raises StatsParseError naming its row.
+        rows = []
+        for i, text in enumerate(present.to_pylist()):
+            try:
+                value = json.loads(text, parse_float=Decimal)
+            except ValueError as exc:
+                row = int(np.flatnonzero(to_numpy(stats.is_valid()))[i]) if stats.null_count else i
+                raise StatsParseError(f"stats that are not JSON ({exc}): {text[:120]!r}", row) from exc
+            rows.append(_sanitize(value, parse_type))
         parsed = pa.array(rows, parse_type)
     result = conform(parsed, target)
     if stats.null_count:

@@ -26,7 +26,9 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
-from airflow_deltaberg.core.errors import VersionNotFoundError
+from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.stats import StatsParseError
+from airflow_deltaberg.core.errors import CorruptLogError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.catalog import open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ConversionState,
@@ -368,7 +370,11 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
         plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options)
-        tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)
+        try:
+            tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)
+        except StatsParseError as exc:  # raised by with_parsed_stats, which names the add
+            raise CorruptLogError(exc.describe(), table=table.location, version=version,
+                                  file=table.storage.uri(commit_key(version))) from exc
         files_added += added
         files_removed += removed
         written += 1

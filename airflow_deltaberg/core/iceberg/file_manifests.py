@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.delta.stats import parse_stats
+from airflow_deltaberg.core.delta.stats import StatsParseError, parse_stats
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, write_manifest_record
 from airflow_deltaberg.core.iceberg.data_files import entries_for_files
 from airflow_deltaberg.core.iceberg.position_deletes import write_position_deletes
@@ -64,10 +64,15 @@ class FileEntries:
 
 
 def with_parsed_stats(files: pa.Table, metadata: Metadata) -> pa.Table:
-    """``files`` with ``stats_parsed``, parsed from the ``stats`` JSON when the column is not there."""
+    """``files`` with ``stats_parsed``, parsed from the ``stats`` JSON when the column is not there (stats that
+    are not JSON raise StatsParseError naming the add's path)."""
     if "stats_parsed" in files.column_names:
         return files
-    return files.append_column("stats_parsed", parse_stats(files.column("stats").combine_chunks(), metadata.schema))
+    try:
+        parsed = parse_stats(files.column("stats").combine_chunks(), metadata.schema)
+    except StatsParseError as exc:
+        raise exc.of(files.column("path")[exc.row].as_py()) from exc
+    return files.append_column("stats_parsed", parsed)
 
 
 def file_entries(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> FileEntries:
