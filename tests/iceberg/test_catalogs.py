@@ -344,3 +344,31 @@ def test_glue_and_hive_commit_updates(module: str, cls: str, properties: dict[st
         pytest.skip(f"{module} needs a driver that is not installed: {exc}")
     assert not issubclass(catalog_class, SqlCatalog)
     assert commit_mode(catalog_class("c", **properties)) == "updates"
+
+
+@pytest.mark.parametrize("kind", ["sql", "rest"])
+def test_v3_tables_in_catalogs(kind: str, identifier: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Iceberg v3 conversions registered and moved on by the SQL catalog's pointer and by a REST catalog."""
+    config = catalog_config_for(kind, request, tmp_path)
+    path = make_table(tmp_path)
+    run(path, config, identifier, format_version=3)
+    assert load(config, identifier).metadata.format_version == 3
+    write_deltalake(str(path), batch(10, 5), mode="append", partition_by=["label"])
+    second = run(path, config, identifier)
+    assert second.mode == "incremental"
+    table = load(config, identifier)
+    assert table.metadata.format_version == 3
+    assert table.metadata.current_snapshot_id == second.snapshot_id
+    assert table.metadata.next_row_id == our_metadata(second).next_row_id == 15
+    assert rows_of(table.scan().to_arrow()) == delta_rows(path)
+
+
+def test_v3_refused_before_anything_is_written_where_pyiceberg_writes_the_metadata(tmp_path: Path) -> None:
+    """Catalogs whose commits have pyiceberg write the metadata file (Glue, Hive, SQL told to commit updates) cannot
+    take v3 tables (pyiceberg 0.12 writes no v3 metadata): the conversion says so before writing anything."""
+    config = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", COMMIT_MODE_PROPERTY: "updates"}
+    path = make_table(tmp_path)
+    with pytest.raises(CatalogError, match="cannot take Iceberg format version 3"):
+        run(path, config, "ns.events", format_version=3)
+    assert not (path / "_iceberg").exists()
+    assert run(path, config, "ns.events").metadata_location.endswith("v1.metadata.json")  # v2 goes through

@@ -35,6 +35,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import pyiceberg
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
@@ -110,6 +111,21 @@ def commit_mode(catalog: Catalog) -> CommitMode:
     if asked is not None:
         return asked  # type: ignore[return-value]
     return "pointer" if isinstance(catalog, SqlCatalog) else "updates"
+
+
+def check_format_version(name: str, config: Mapping[str, Any] | None, format_version: int) -> None:
+    """Raise CatalogError when the catalog configured by ``config`` cannot take tables of ``format_version``:
+    committing metadata updates to any catalog but a REST one has pyiceberg write the new metadata file, and
+    pyiceberg 0.12 writes no v3. Decided from the configuration alone (nothing is opened)."""
+    kind = str((config or {}).get("type", "sql")).lower()
+    asked = (config or {}).get(COMMIT_MODE_PROPERTY)
+    pyiceberg_writes = kind != "rest" and (kind != "sql" or asked == "updates")
+    if format_version >= 3 and pyiceberg_writes:
+        raise CatalogError(
+            f"catalog {name!r} (type {kind}) cannot take Iceberg format version {format_version} tables: its commits "
+            f"have pyiceberg write the table metadata, and pyiceberg {pyiceberg.__version__} writes no v3 metadata; "
+            "use the SQL catalog (pointer moves) or a REST catalog, or format version 2"
+        )
 
 
 def point_catalog(catalog: Catalog, identifier: str | tuple[str, ...], metadata_location: str) -> None:

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc
@@ -123,7 +124,7 @@ def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
 
 def write_manifest_record(
     storage: Storage, entries: pa.Table, schema: Schema, spec: PartitionSpec, snapshot_id: int, sequence_number: int,
-    *, content: str = "data",
+    *, content: str = "data", format_version: int = 2,
 ) -> ManifestRecord:
     """Write a manifest added by snapshot ``snapshot_id`` (sequence ``sequence_number``) and the Arrow copy
     of its entries; its manifest-list row comes back with them, sequence numbers resolved. The path range
@@ -132,7 +133,7 @@ def write_manifest_record(
     fs, path = storage.arrow_path(f"{name}.avro")
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, content=content,
-                             filesystem=fs)
+                             filesystem=fs, format_version=format_version)
     entries_key = f"{name}.entries.arrow"
     efs, epath = storage.arrow_path(entries_key)
     # Read back only when a removal touches the manifest: an Arrow IPC file with zstd buffers is written in
@@ -159,3 +160,23 @@ def read_entries(storage: Storage, record: ManifestRecord) -> pa.Table:
         empty = pa.StructArray.from_buffers(pa.struct([]), entries.num_rows, [None], children=[])
         entries = entries.add_column(entries.schema.get_field_index("file_format") + 1, "partition", empty)
     return entries
+
+
+def with_first_row_ids(entries: pa.Table, manifest_first_row_id: int | None) -> pa.Table:
+    """v3 data entries with their ``first_row_id`` written out: an entry without one inherits the manifest's plus
+    the record counts of the entries without one listed before it (table spec, "Row Lineage"), so that a
+    rewritten manifest keeps each file's row ids. Entries stay null when the manifest has no first_row_id."""
+    n = entries.num_rows
+    if "first_row_id" in entries.column_names:
+        current = entries.column("first_row_id").combine_chunks()
+    else:
+        current = pa.nulls(n, pa.int64())
+    if manifest_first_row_id is not None and current.null_count:
+        missing = np.asarray(current.is_null())
+        counts = np.where(missing, np.asarray(entries.column("record_count").combine_chunks(), np.int64), 0)
+        inherited = manifest_first_row_id + np.cumsum(counts) - counts
+        known = np.asarray(current.fill_null(0), np.int64)
+        current = pa.array(np.where(missing, inherited, known), pa.int64())
+    if "first_row_id" in entries.column_names:
+        return entries.set_column(entries.schema.get_field_index("first_row_id"), "first_row_id", current)
+    return entries.append_column("first_row_id", current)

@@ -28,14 +28,15 @@ from pyiceberg.table.snapshots import Operation
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.stats import StatsParseError
-from airflow_deltaberg.core.errors import CorruptLogError, VersionNotFoundError
-from airflow_deltaberg.core.iceberg.catalog import open_catalog, point_catalog
+from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, VersionNotFoundError
+from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ConversionState,
     ManifestRecord,
     data_path_column,
     read_entries,
     read_state,
+    with_first_row_ids,
     write_manifest_record,
     write_state,
 )
@@ -49,7 +50,7 @@ from airflow_deltaberg.core.iceberg.file_manifests import (
     write_entry_manifests,
     write_file_manifests,
 )
-from airflow_deltaberg.core.iceberg.manifest import write_manifest_list
+from airflow_deltaberg.core.iceberg.manifest import FORMAT_VERSIONS, assign_first_row_ids, write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.publish import (
     ICEBERG_DIR,
@@ -70,9 +71,11 @@ from airflow_deltaberg.core.iceberg.table_metadata import (
     DELTA_COLUMN_MAPPING_MODE,
     DELTA_VERSION,
     PREVIOUS_VERSIONS_MAX,
+    RowLineage,
     SnapshotSpec,
     build_metadata,
     new_snapshot_id,
+    next_row_id,
     with_table_ids,
 )
 from airflow_deltaberg.core.memory_pool import large_buffer_pool
@@ -140,7 +143,7 @@ def _schema_and_spec(metadata: Metadata, table: str, tip: _Tip) -> tuple[Convert
 
 
 def plan_snapshot(table: DeltaTable, tip: _Tip, metadata: Metadata, delta_version: int, timestamp_ms: int,
-                  storage_options: Mapping[str, Any] | None = None) -> SnapshotPlan:
+                  storage_options: Mapping[str, Any] | None = None, format_version: int = 2) -> SnapshotPlan:
     """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip``."""
     converted, spec = _schema_and_spec(metadata, table.location, tip)
     prev = tip.published.metadata if tip.published else None
@@ -156,6 +159,7 @@ def plan_snapshot(table: DeltaTable, tip: _Tip, metadata: Metadata, delta_versio
         spec=spec,
         snapshot_id=new_snapshot_id(prev, metadata.id, delta_version),
         sequence_number=(prev.last_sequence_number if prev else 0) + 1,
+        format_version=format_version,
     )
 
 
@@ -163,14 +167,22 @@ def _commit_snapshot(storage: Storage, tip: _Tip, plan: SnapshotPlan, manifests:
                      operation: Operation, summary: dict[str, str]) -> _Tip:
     """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it."""
     prev = tip.published.metadata if tip.published else None
+    lineage = None
+    if plan.format_version >= 3:
+        # Row lineage: the data manifests new in this snapshot take row ids from the table's next-row-id on.
+        first_row_id = next_row_id(prev)
+        infos, next_id = assign_first_row_ids([m.info for m in manifests], first_row_id)
+        manifests = [replace(m, info=info) for m, info in zip(manifests, infos, strict=True)]
+        lineage = RowLineage(first_row_id, next_id)
     state = ConversionState(plan.delta_version, dict(plan.delta_metadata), tuple(manifests))
     list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{uuid.uuid4()}.avro"
     write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)
     write_manifest_list(list_path, [m.info for m in manifests], plan.snapshot_id,
-                        prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs)
+                        prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs,
+                        format_version=plan.format_version, first_row_id=lineage.first_row_id if lineage else None)
     mode = plan.metadata.column_mapping_mode
-    metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(), "format-version": "2",
+    metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
                            DELTA_COLUMN_MAPPING_MODE: mode, PREVIOUS_VERSIONS_MAX: str(METADATA_VERSIONS_KEPT),
                            DELETE_AFTER_COMMIT: "true", **plan.converted.properties}
     reset = _resets_history(tip, plan.metadata)
@@ -191,6 +203,8 @@ def _commit_snapshot(storage: Storage, tip: _Tip, plan: SnapshotPlan, manifests:
                               storage.uri(list_key), summary),
         now_ms=int(time.time() * 1000),
         reset_history=reset,
+        format_version=plan.format_version,
+        lineage=lineage,
     )
     published = publish_metadata(storage, (tip.published.version if tip.published else 0) + 1, metadata)
     return _Tip(published, state)
@@ -252,10 +266,11 @@ def _write_in_process(storage: Storage, plan: SnapshotPlan, snapshot: Snapshot) 
 
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: _Tip, *,
                  storage_options: Mapping[str, Any] | None = None,
-                 manifest_writer: ManifestWriter | None = None) -> tuple[_Tip, int, int]:
+                 manifest_writer: ManifestWriter | None = None, format_version: int = 2) -> tuple[_Tip, int, int]:
     """One Iceberg snapshot listing every live file of ``snapshot``."""
     storage = table.storage
-    plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options)
+    plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options,
+                         format_version)
     manifests = (manifest_writer or _write_in_process)(storage, plan, snapshot)
     summary = _summary(manifests, plan.snapshot_id)
     # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
@@ -294,6 +309,9 @@ def _remove_entries(
         if record.info.content != content or not record.may_contain(locations):
             return record
         entries = read_entries(storage, record)
+        if plan.format_version >= 3 and content == 0:
+            # Rewritten entries keep the row ids they inherited from this manifest.
+            entries = with_first_row_ids(entries, record.info.first_row_id)
         entries = entries.filter(pc.not_equal(entries.column("status"), 2))  # deleted earlier: not carried on
         hit = pc.is_in(entries.column(column), locations)
         if not pc.any(hit).as_py():
@@ -305,7 +323,8 @@ def _remove_entries(
         rewritten = rewritten.set_column(rewritten.schema.get_field_index("snapshot_id"), "snapshot_id",
                                          pa.array(snap_ids, pa.int64()))
         return write_manifest_record(storage, rewritten, plan.converted.schema, plan.spec, plan.snapshot_id,
-                                     plan.sequence_number, content="deletes" if content else "data")
+                                     plan.sequence_number, content="deletes" if content else "data",
+                                     format_version=plan.format_version)
 
     # A removal spread over a partition touches a few manifests: they are rewritten two at a time.
     return two_at_a_time(without, manifests)
@@ -343,7 +362,8 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
 
 
 def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
-                        storage_options: Mapping[str, Any] | None = None) -> tuple[_Tip, int, int, int]:
+                        storage_options: Mapping[str, Any] | None = None,
+                        format_version: int = 2) -> tuple[_Tip, int, int, int]:
     """One Iceberg snapshot per Delta commit after the tip's version; raises _FallBackToFull when the
     commits or the conversion state are not available."""
     if tip.state is None:
@@ -369,7 +389,8 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
-        plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options)
+        plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options,
+                             format_version)
         try:
             tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)
         except StatsParseError as exc:  # raised by with_parsed_stats, which names the add
@@ -400,6 +421,7 @@ def convert(
     manifest_writer: ManifestWriter | None = None,
     retain_snapshots: int | None = None,
     max_snapshot_age_ms: int | None = None,
+    format_version: int | None = None,
 ) -> ConversionResult:
     """Convert the Delta table at ``location`` up to ``version`` (latest by default) and register it.
 
@@ -411,23 +433,41 @@ def convert(
     Snapshot expiry runs when ``retain_snapshots`` or ``max_snapshot_age_ms`` is given: snapshots older than
     the age (any age when not given) beyond the newest ``retain_snapshots`` (at least 1) are dropped from the
     metadata, and the Iceberg metadata files only they used are deleted after the pointers moved.
+
+    ``format_version`` is the Iceberg table format: 2 (deletion vectors become position delete files) or 3
+    (deletion vectors in Puffin files, row lineage); by default the converted table's, 2 for a new one. Asking
+    3 of a v2 table upgrades it with a full conversion; a v3 table cannot go back to 2.
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
     target = table.latest_version() if version is None else version
     published = latest_metadata(table.storage)
+    published_format = published.metadata.format_version if published else None
+    wanted_format = format_version or published_format or 2
+    if wanted_format not in FORMAT_VERSIONS:
+        raise ValueError(f"Iceberg format version must be one of {FORMAT_VERSIONS}, got {format_version!r}")
+    if published_format is not None and wanted_format < published_format:
+        raise DeltabergError(f"{table.location}: the Iceberg table has format version {published_format}, which "
+                             f"cannot go back to {wanted_format}")
+    upgrade = published_format is not None and wanted_format > published_format
+    if identifier is not None:
+        check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
     tip = _Tip(published, _current_state(table.storage, published))
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
     files_added = files_removed = written = 0
-    if published is not None and converted_version == target and not full:
+    if published is not None and converted_version == target and not full and not upgrade:
         mode = "up-to-date"
     else:
         mode = "incremental"
-        if full or published is None or converted_version > target:
+        if full or published is None or converted_version > target or upgrade:
             mode = "full"
+            if upgrade:
+                log.info("%s: full conversion to upgrade the Iceberg table from format version %s to %s",
+                         table.location, published_format, wanted_format)
         else:
             try:
-                tip, files_added, files_removed, written = convert_incremental(table, tip, target, storage_options)
+                tip, files_added, files_removed, written = convert_incremental(table, tip, target, storage_options,
+                                                                               wanted_format)
             except _FallBackToFull as reason:
                 log.info("%s: full conversion instead of incremental: %s", table.location, reason)
                 mode = "full"
@@ -436,7 +476,8 @@ def convert(
                 snapshot = table.snapshot(target)
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
-                                                               manifest_writer=manifest_writer)
+                                                               manifest_writer=manifest_writer,
+                                                               format_version=wanted_format)
             written = 1
     assert tip.published is not None
     expiry = Expiry(0, None)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
-from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataV2
+from pyiceberg.table.metadata import MetadataLogEntry
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_entries, read_state, state_key
@@ -24,7 +24,7 @@ from airflow_deltaberg.core.iceberg.publish import (
     metadata_folder_key,
     publish_metadata,
 )
-from airflow_deltaberg.core.iceberg.table_metadata import with_log_entry
+from airflow_deltaberg.core.iceberg.table_metadata import TableMetadata, with_log_entry
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class Expiry:
     files_to_delete: tuple[str, ...] = ()
 
 
-def _main_ancestry(metadata: TableMetadataV2) -> list[int]:
+def _main_ancestry(metadata: TableMetadata) -> list[int]:
     """Snapshot ids from the current one back through its parents, newest first."""
     out: list[int] = []
     snapshot_id = metadata.current_snapshot_id
@@ -50,7 +50,7 @@ def _main_ancestry(metadata: TableMetadataV2) -> list[int]:
     return out
 
 
-def snapshots_to_expire(metadata: TableMetadataV2, *, older_than_ms: int | None, retain_last: int) -> set[int]:
+def snapshots_to_expire(metadata: TableMetadata, *, older_than_ms: int | None, retain_last: int) -> set[int]:
     """Snapshots older than ``older_than_ms`` (all but the retained ones when None), keeping the ``retain_last``
     newest of the current ancestry (at least the current one) and every snapshot a ref points to."""
     keep = set(_main_ancestry(metadata)[: max(retain_last, 1)])
@@ -74,7 +74,7 @@ def _files_of(storage: Storage, manifest_list: str, state: ConversionState) -> s
     return keys
 
 
-def _used_files(storage: Storage, metadata: TableMetadataV2, snapshot_ids: Iterable[int]) -> set[str] | None:
+def _used_files(storage: Storage, metadata: TableMetadata, snapshot_ids: Iterable[int]) -> set[str] | None:
     """Files the snapshots use; None if a snapshot's conversion state is missing (then its files are unknown)."""
     keys: set[str] = set()
     for snapshot_id in snapshot_ids:
@@ -103,7 +103,7 @@ def expire_snapshots(storage: Storage, published: PublishedMetadata, *, older_th
         "last_updated_ms": max(int(time.time() * 1000), metadata.last_updated_ms + 1),
         "metadata_log": with_log_entry(list(metadata.metadata_log), entry, metadata.properties),
     })
-    new = publish_metadata(storage, published.version + 1, TableMetadataV2.model_validate(new_metadata.model_dump()))
+    new = publish_metadata(storage, published.version + 1, type(new_metadata).model_validate(new_metadata.model_dump()))
     if used_by_expired is None or used_by_retained is None:
         log.warning("%s: %d snapshots expired, but a snapshot has no conversion state: no file will be deleted",
                     storage.root, len(expired))

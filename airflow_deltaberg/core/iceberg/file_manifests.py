@@ -21,6 +21,7 @@ from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.stats import StatsParseError, parse_stats
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, write_manifest_record
 from airflow_deltaberg.core.iceberg.data_files import entries_for_files
+from airflow_deltaberg.core.iceberg.deletion_vector_files import write_deletion_vectors
 from airflow_deltaberg.core.iceberg.position_deletes import write_position_deletes
 from airflow_deltaberg.core.iceberg.schema import ConvertedSchema
 from airflow_deltaberg.core.storage import Storage, open_storage
@@ -46,6 +47,7 @@ class SnapshotPlan:
     spec: PartitionSpec
     snapshot_id: int
     sequence_number: int
+    format_version: int = 2  # Iceberg table format: 3 writes deletion vectors in Puffin files
 
     @property
     def metadata(self) -> Metadata:
@@ -98,8 +100,9 @@ def _entries_in_order(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> 
                 "partition": data.column("partition"),
                 "record_count": data.column("record_count"),
             })
-            deletes = write_position_deletes(storage, targets, sequence_number=plan.sequence_number,
-                                             snapshot_id=plan.snapshot_id)
+            write_deletes = write_deletion_vectors if plan.format_version >= 3 else write_position_deletes
+            deletes = write_deletes(storage, targets, sequence_number=plan.sequence_number,
+                                    snapshot_id=plan.snapshot_id)
             if deletes.num_rows == 0:
                 deletes = None
     return FileEntries(data, deletes)
@@ -135,7 +138,7 @@ def pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
 
 def _write_manifest(storage: Storage, plan: SnapshotPlan, entries: pa.Table, content: str) -> ManifestRecord:
     return write_manifest_record(storage, entries, plan.converted.schema, plan.spec, plan.snapshot_id,
-                                 plan.sequence_number, content=content)
+                                 plan.sequence_number, content=content, format_version=plan.format_version)
 
 
 def two_at_a_time(write: Callable[[T], R], items: Sequence[T]) -> list[R]:

@@ -1,4 +1,4 @@
-"""Iceberg v2 manifests and manifest lists written from Arrow columns.
+"""Iceberg v2 and v3 manifests and manifest lists written from Arrow columns.
 
 ``write_manifest`` encodes a whole table of entries a chunk of rows at a time (see ``avro_encode``) and returns
 what the manifest list needs; ``write_manifest_list`` writes the few manifest_file rows of a snapshot.
@@ -26,9 +26,9 @@ from airflow_deltaberg.core.iceberg.avro_encode import AvroContainerWriter
 from airflow_deltaberg.core.iceberg.avro_iceberg import avro_schema, encode_rows
 from airflow_deltaberg.core.iceberg.manifest_schema import (
     FIELD_SUMMARY_TYPE,
-    MANIFEST_FILE_TYPE,
     data_file_type,
     manifest_entry_type,
+    manifest_file_type,
 )
 from airflow_deltaberg.core.iceberg.single_value import serialize_bounds
 
@@ -36,6 +36,7 @@ __all__ = [
     "FieldSummary",
     "ManifestFileInfo",
     "ManifestSummary",
+    "assign_first_row_ids",
     "manifest_metadata",
     "serialize_bounds",
     "write_manifest",
@@ -44,10 +45,12 @@ __all__ = [
 
 STATUS_EXISTING, STATUS_ADDED, STATUS_DELETED = 0, 1, 2
 MANIFEST_CONTENT = {"data": 0, "deletes": 1}
-ENTRY_COLUMNS = frozenset(
-    ["status", "snapshot_id", "sequence_number", "file_sequence_number"]
-    + [f.name for f in data_file_type(StructType()).fields]
-)
+ENTRY_COLUMNS = {
+    version: frozenset(["status", "snapshot_id", "sequence_number", "file_sequence_number"]
+                       + [f.name for f in data_file_type(StructType(), version).fields])
+    for version in (2, 3)
+}
+FORMAT_VERSIONS = (2, 3)
 DEFAULT_CHUNK_ROWS = 8_192  # as fast as larger chunks (cache-sized), and less memory per writer thread
 DEFAULT_BLOCK_ROWS = 4_096
 
@@ -81,6 +84,7 @@ class ManifestFileInfo:
     min_sequence_number: int | None = None
     partitions: tuple[FieldSummary, ...] | None = ()
     key_metadata: bytes | None = None
+    first_row_id: int | None = None  # v3 data manifests: the row id of its first row without first_row_id
 
 
 @dataclass(frozen=True)
@@ -136,8 +140,8 @@ def _output_stream(output: Any, filesystem: pafs.FileSystem | None) -> Iterator[
             yield stream
 
 
-def manifest_metadata(schema: Schema, spec: PartitionSpec, content: str) -> dict[str, str]:
-    """The Avro file metadata a v2 manifest must carry."""
+def manifest_metadata(schema: Schema, spec: PartitionSpec, content: str, format_version: int = 2) -> dict[str, str]:
+    """The Avro file metadata a manifest must carry."""
     fields = [
         {"name": f.name, "transform": str(f.transform), "source-id": f.source_id, "field-id": f.field_id}
         for f in spec.fields
@@ -147,7 +151,7 @@ def manifest_metadata(schema: Schema, spec: PartitionSpec, content: str) -> dict
         "schema-id": str(schema.schema_id),
         "partition-spec": json.dumps(fields, separators=(",", ":")),
         "partition-spec-id": str(spec.spec_id),
-        "format-version": "2",
+        "format-version": str(format_version),
         "content": content,
     }
 
@@ -167,15 +171,17 @@ def write_manifest(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     block_rows: int = DEFAULT_BLOCK_ROWS,
     sync_marker: bytes | None = None,
+    format_version: int = 2,
 ) -> ManifestSummary:
-    """Write a v2 manifest holding one entry per row of ``entries``.
+    """Write a manifest (Iceberg ``format_version`` 2 or 3) holding one entry per row of ``entries``.
 
     ``output`` is a writable binary stream, or a path opened with ``filesystem`` (local files without one).
     Columns are named as the manifest_entry / data_file fields (status, snapshot_id, sequence_number,
     file_sequence_number, content, file_path, file_format, partition, record_count, file_size_in_bytes,
     column_sizes, value_counts, null_value_counts, nan_value_counts, lower_bounds, upper_bounds, key_metadata,
-    split_offsets, equality_ids, sort_order_id, referenced_data_file); absent optional columns are written
-    as null, an absent ``content`` as 0 in data manifests. Maps are list<struct<key, value>> or map columns.
+    split_offsets, equality_ids, sort_order_id, referenced_data_file, and in v3 first_row_id, content_offset,
+    content_size_in_bytes); absent optional columns are written as null, an absent ``content`` as 0 in data
+    manifests. Maps are list<struct<key, value>> or map columns.
 
     Rows are encoded ``chunk_rows`` at a time and stored in Avro blocks of ``block_rows``. ``deflate`` uses zlib
     level ``compression_level`` (1: about 2.5x faster than zlib's default 6 for ~5% larger files) on
@@ -183,10 +189,12 @@ def write_manifest(
     """
     if content not in MANIFEST_CONTENT:
         raise ValueError(f"manifest content must be 'data' or 'deletes', got {content!r}")
+    if format_version not in FORMAT_VERSIONS:
+        raise ValueError(f"Iceberg format version must be one of {FORMAT_VERSIONS}, got {format_version!r}")
     table = pa.Table.from_batches([entries]) if isinstance(entries, pa.RecordBatch) else entries
     partition_type = spec.partition_type(schema)
-    table = _checked_entries(table, partition_type, content, snapshot_id)
-    entry_type = manifest_entry_type(partition_type)
+    table = _checked_entries(table, partition_type, content, snapshot_id, format_version)
+    entry_type = manifest_entry_type(partition_type, format_version)
     if compression_threads is None:
         compression_threads = min(4, os.cpu_count() or 1)
     with (
@@ -194,7 +202,7 @@ def write_manifest(
         AvroContainerWriter(
             stream,
             avro_schema(entry_type, "manifest_entry"),
-            manifest_metadata(schema, spec, content),
+            manifest_metadata(schema, spec, content, format_version),
             codec=codec,
             compression_level=compression_level,
             sync_marker=sync_marker,
@@ -209,8 +217,9 @@ def write_manifest(
     return _summarize(table, partition_type, path, writer.bytes_written, spec.spec_id, content, snapshot_id)
 
 
-def _checked_entries(table: pa.Table, partition_type: StructType, content: str, snapshot_id: int) -> pa.Table:
-    unknown = set(table.column_names) - ENTRY_COLUMNS
+def _checked_entries(table: pa.Table, partition_type: StructType, content: str, snapshot_id: int,
+                     format_version: int = 2) -> pa.Table:
+    unknown = set(table.column_names) - ENTRY_COLUMNS[format_version]
     if unknown:
         raise ValueError(f"unknown manifest entry columns: {sorted(unknown)}")
     if "status" not in table.column_names:
@@ -348,14 +357,22 @@ def write_manifest_list(
     codec: str = "deflate",
     compression_level: int = 1,
     sync_marker: bytes | None = None,
+    format_version: int = 2,
+    first_row_id: int | None = None,
 ) -> int:
-    """Write a v2 manifest list for snapshot ``snapshot_id``; returns its length in bytes.
+    """Write a manifest list for snapshot ``snapshot_id``; returns its length in bytes.
 
     Manifests with unassigned (None) sequence numbers get ``sequence_number``; they must be added by this snapshot.
+    In v3, ``first_row_id`` is the snapshot's, and data manifests carry theirs (``assign_first_row_ids``).
     """
+    if format_version not in FORMAT_VERSIONS:
+        raise ValueError(f"Iceberg format version must be one of {FORMAT_VERSIONS}, got {format_version!r}")
+    file_type = manifest_file_type(format_version)
     rows = [_assign_sequence(m, snapshot_id, sequence_number) for m in manifests]
+    if format_version >= 3 and any(m.content == 0 and m.first_row_id is None for m in rows):
+        raise ValueError("v3 data manifests need a first_row_id (assign_first_row_ids)")
     columns: dict[str, pa.Array] = {}
-    for field in MANIFEST_FILE_TYPE.fields:
+    for field in file_type.fields:
         if field.name == "partitions":
             continue
         values = [getattr(m, field.name) for m in rows]
@@ -371,20 +388,22 @@ def write_manifest_list(
         "snapshot-id": str(snapshot_id),
         "parent-snapshot-id": "null" if parent_snapshot_id is None else str(parent_snapshot_id),
         "sequence-number": str(sequence_number),
-        "format-version": "2",
+        "format-version": str(format_version),
     }
+    if format_version >= 3:
+        metadata["first-row-id"] = "null" if first_row_id is None else str(first_row_id)
     with (
         _output_stream(output, filesystem) as stream,
         AvroContainerWriter(
             stream,
-            avro_schema(MANIFEST_FILE_TYPE, "manifest_file"),
+            avro_schema(file_type, "manifest_file"),
             metadata,
             codec=codec,
             compression_level=compression_level,
             sync_marker=sync_marker,
         ) as writer,
     ):
-        writer.write_rows(encode_rows(MANIFEST_FILE_TYPE, columns, len(rows)))
+        writer.write_rows(encode_rows(file_type, columns, len(rows)))
     return writer.bytes_written
 
 
@@ -400,3 +419,16 @@ def _assign_sequence(manifest: ManifestFileInfo, snapshot_id: int, sequence_numb
         sequence_number=sequence_number if manifest.sequence_number is None else manifest.sequence_number,
         min_sequence_number=sequence_number if manifest.min_sequence_number is None else manifest.min_sequence_number,
     )
+
+
+def assign_first_row_ids(manifests: Sequence[ManifestFileInfo], next_row_id: int) -> tuple[list[ManifestFileInfo], int]:
+    """v3 row lineage: each data manifest without a first_row_id gets the table's next row id, which moves on by
+    the manifest's added and existing rows (as Iceberg's reference writer does; rows that already have ids leave
+    a gap). Returns the manifests and the new next row id."""
+    assigned = []
+    for manifest in manifests:
+        if manifest.content == 0 and manifest.first_row_id is None:
+            manifest = replace(manifest, first_row_id=next_row_id)
+            next_row_id += manifest.added_rows_count + manifest.existing_rows_count
+        assigned.append(manifest)
+    return assigned, next_row_id

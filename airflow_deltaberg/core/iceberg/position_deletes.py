@@ -175,14 +175,14 @@ def write_position_deletes(
             for i, positions in enumerate(vectors, start):
                 if len(positions) == 0:
                     continue  # an empty DV deletes nothing: no delete file
-                _check_positions(storage, paths[i], descriptors[i], counts[i], positions)
+                check_positions(storage, paths[i], descriptors[i], counts[i], positions)
                 kept.append(int(rows[i]))
                 jobs.append((delete_file_key(paths[i], descriptors[i], key_prefix), paths[i], positions))
             written.extend(pool.map(lambda job: _write_one(storage, *job), jobs))
     return _entries(files, np.asarray(kept, np.int64), written, storage, snapshot_id, sequence_number)
 
 
-def _check_positions(
+def check_positions(
     storage: Storage, path: str, descriptor: Mapping[str, Any], count: int | None, positions: np.ndarray
 ) -> None:
     if count is not None and int(positions[-1]) >= count:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
+from pydantic import BaseModel
+from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2, TableMetadataV3
 from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError
@@ -40,7 +41,7 @@ class PublishedMetadata:
     version: int
     key: str
     location: str
-    metadata: TableMetadataV2
+    metadata: TableMetadataV2 | TableMetadataV3
 
 
 def metadata_key(version: int) -> str:
@@ -74,15 +75,24 @@ def latest_metadata(storage: Storage) -> PublishedMetadata | None:
         version = max(versions)
     key = metadata_key(version)
     metadata = TableMetadataUtil.parse_raw(storage.read(key))
-    if not isinstance(metadata, TableMetadataV2):
-        raise DeltabergError(f"{storage.uri(key)} is not Iceberg format version 2 metadata")
+    if not isinstance(metadata, (TableMetadataV2, TableMetadataV3)):
+        raise DeltabergError(f"{storage.uri(key)} is not Iceberg format version 2 or 3 metadata")
     return PublishedMetadata(version, key, storage.uri(key), metadata)
 
 
-def publish_metadata(storage: Storage, version: int, metadata: TableMetadataV2) -> PublishedMetadata:
+def metadata_json(metadata: TableMetadataV2 | TableMetadataV3) -> bytes:
+    """The metadata.json bytes of ``metadata``. pyiceberg 0.12 reads v3 metadata but refuses to write it (its
+    model_dump_json raises); the fields of its v3 model are those of the spec, so pydantic's own serializer is
+    used for them."""
+    if isinstance(metadata, TableMetadataV3):
+        return BaseModel.model_dump_json(metadata, by_alias=True, exclude_none=True).encode()
+    return metadata.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+def publish_metadata(storage: Storage, version: int, metadata: TableMetadataV2 | TableMetadataV3) -> PublishedMetadata:
     """Write ``v<version>.metadata.json`` (fails if another converter wrote it first), then the hint."""
     key = metadata_key(version)
-    payload = metadata.model_dump_json(by_alias=True, exclude_none=True).encode()
+    payload = metadata_json(metadata)
     try:
         storage.write_if_absent(key, payload)
     except FileAlreadyExistsError as exc:

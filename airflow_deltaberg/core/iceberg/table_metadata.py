@@ -1,4 +1,4 @@
-"""Iceberg table metadata (v2) for a converted Delta version: a new snapshot on top of the previous one."""
+"""Iceberg table metadata (v2 or v3) for a converted Delta version: a new snapshot on top of the previous one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataV2
+from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataV2, TableMetadataV3
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotLogEntry, Summary
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
@@ -23,6 +23,26 @@ CONVERTER = "converted-by"
 PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 DEFAULT_PREVIOUS_VERSIONS = 100  # Iceberg's default
+
+#: The table metadata models this converter writes and reads.
+TableMetadata = TableMetadataV2 | TableMetadataV3
+
+
+@dataclass(frozen=True)
+class RowLineage:
+    """v3 row lineage of a new snapshot: its first row id, and the table's next row id after it."""
+
+    first_row_id: int
+    next_row_id: int
+
+    @property
+    def added_rows(self) -> int:
+        return self.next_row_id - self.first_row_id
+
+
+def next_row_id(metadata: TableMetadata | None) -> int:
+    """The table's next row id (0 for a new table, or one upgraded from v2)."""
+    return getattr(metadata, "next_row_id", None) or 0
 
 
 def with_log_entry(metadata_log: list[MetadataLogEntry], entry: MetadataLogEntry,
@@ -62,7 +82,7 @@ class SnapshotSpec:
     summary: dict[str, str]
 
 
-def new_snapshot_id(previous: TableMetadataV2 | None, delta_table_id: str, delta_version: int) -> int:
+def new_snapshot_id(previous: TableMetadata | None, delta_table_id: str, delta_version: int) -> int:
     """The id of the snapshot for ``delta_version``, distinct from every snapshot already published."""
     existing = {s.snapshot_id for s in previous.snapshots} if previous else set()
     salt = 0
@@ -73,7 +93,7 @@ def new_snapshot_id(previous: TableMetadataV2 | None, delta_table_id: str, delta
 
 def build_metadata(
     *,
-    previous: TableMetadataV2 | None,
+    previous: TableMetadata | None,
     previous_location: str | None,
     location: str,
     delta_table_id: str,
@@ -84,7 +104,9 @@ def build_metadata(
     snapshot: SnapshotSpec,
     now_ms: int,
     reset_history: bool = False,
-) -> TableMetadataV2:
+    format_version: int = 2,
+    lineage: RowLineage | None = None,
+) -> TableMetadata:
     """Metadata with ``snapshot`` as the new current snapshot of ``main``.
 
     ``reset_history`` starts the schemas, partition specs and snapshots afresh (the metadata log, the uuid,
@@ -115,6 +137,8 @@ def build_metadata(
         manifest_list=snapshot.manifest_list,
         summary=Summary(operation=snapshot.operation, **summary),
         schema_id=schema_id,
+        first_row_id=lineage.first_row_id if lineage else None,
+        added_rows=lineage.added_rows if lineage else None,
     )
     snapshots = [s for s in (keep.snapshots if keep else []) if s.snapshot_id != snapshot_id]
     snapshots.append(new_snapshot)
@@ -132,7 +156,11 @@ def build_metadata(
                                       merged_properties)
     last_partition_id = max([pf.field_id for s in specs for pf in s.fields]
                             + [previous.last_partition_id or 999 if previous else 999])
-    return TableMetadataV2(
+    if format_version >= 3 and lineage is None:
+        raise ValueError("v3 metadata needs the snapshot's row lineage")
+    model = TableMetadataV3 if format_version >= 3 else TableMetadataV2
+    extra = {"next_row_id": lineage.next_row_id} if format_version >= 3 and lineage else {}
+    return model(
         location=location,
         table_uuid=previous.table_uuid if previous else table_uuid_for(delta_table_id),
         last_updated_ms=max(now_ms, previous.last_updated_ms + 1 if previous else 0),
@@ -151,10 +179,11 @@ def build_metadata(
         default_sort_order_id=UNSORTED_SORT_ORDER.order_id,
         refs={MAIN_BRANCH: SnapshotRef(snapshot_id=snapshot_id, snapshot_ref_type=SnapshotRefType.BRANCH)},
         last_sequence_number=sequence_number,
+        **extra,
     )
 
 
-def with_table_ids(schema: Schema, spec: PartitionSpec, previous: TableMetadataV2 | None,
+def with_table_ids(schema: Schema, spec: PartitionSpec, previous: TableMetadata | None,
                    reset_history: bool = False) -> tuple[Schema, PartitionSpec]:
     """``schema`` and ``spec`` with the ids they have (or get) in the table: an equal schema or spec already in
     the table keeps its id, a new one gets the next. Manifests must name the spec id the metadata gives."""
