@@ -124,6 +124,7 @@ def _convert(args: argparse.Namespace) -> int:
         identifier=args.identifier,
         version=args.version,
         full=args.full,
+        format_version=args.format_version,
         retain_snapshots=args.retain_snapshots,
         max_snapshot_age_ms=None if args.max_snapshot_age_hours is None
         else int(args.max_snapshot_age_hours * 3600 * 1000),
@@ -224,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--version", type=int, default=None, help="convert up to this Delta version (default: latest)")
     conv.add_argument("--full", action="store_true",
                       help="one snapshot of the whole table instead of one per new commit")
+    conv.add_argument("--format-version", type=int, choices=(2, 3), default=None,
+                      help="Iceberg format version: 2 (position delete files) or 3 (deletion vectors in Puffin "
+                           "files, row lineage); default: the converted table's, 2 for a new one")
     conv.add_argument("--identifier", default=None,
                       help="catalog identifier, e.g. db.sales (not registered if absent)")
     conv.add_argument("--catalog-uri", default=None,

@@ -93,6 +93,19 @@ def test_convert_json_registers_then_converts_incrementally_and_expires(table: P
         sorted(PeerTable(str(table)).to_pyarrow_table().column("value").to_pylist())
 
 
+def test_convert_format_version_3_and_its_refusals(table: Path) -> None:
+    from pyiceberg.table import StaticTable
+
+    v3 = run("convert", str(table), "--format-version", "3", "--format", "json")
+    assert v3.returncode == 0, v3.stderr
+    location = json.loads(v3.stdout)["metadata_location"]
+    assert StaticTable.from_metadata(location).metadata.format_version == 3
+    back = run("convert", str(table), "--format-version", "2", "--full", "--format", "json")
+    assert back.returncode == 2 and "cannot go back to 2" in back.stderr
+    unknown = run("convert", str(table), "--format-version", "4")
+    assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
+
+
 def test_convert_of_a_path_that_is_not_a_table_exits_2(tmp_path: Path) -> None:
     result = run("convert", str(tmp_path / "nothing"), "--format", "json")
     assert result.returncode == 2

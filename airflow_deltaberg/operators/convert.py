@@ -86,6 +86,8 @@ class DeltaToIcebergOperator(BaseOperator):
     :param catalog_name: the pyiceberg catalog name (SQL catalogs key their rows by it).
     :param version: the Delta version to convert; None for the latest. Templated.
     :param full: write a full snapshot even when the table is up to date or could be converted incrementally.
+    :param format_version: Iceberg format version, 2 or 3 (deletion vectors in Puffin files, row lineage); default:
+        the converted table's, 2 for a new one. 3 on a v2 table upgrades it with a full conversion.
     :param retain_snapshots: expire Iceberg snapshots beyond the newest N (None: no expiry by count).
     :param max_snapshot_age: expire Iceberg snapshots older than this (None: no expiry by age). Only Iceberg
         metadata files are deleted, never data files.
@@ -106,6 +108,7 @@ class DeltaToIcebergOperator(BaseOperator):
         catalog_name: str = "deltaberg",
         version: int | str | None = None,
         full: bool = False,
+        format_version: int | None = None,
         retain_snapshots: int | None = None,
         max_snapshot_age: timedelta | None = None,
         deltaberg_conn_id: str | None = None,
@@ -119,6 +122,7 @@ class DeltaToIcebergOperator(BaseOperator):
         self.catalog_name = catalog_name
         self.version = version
         self.full = full
+        self.format_version = format_version
         self.retain_snapshots = retain_snapshots
         self.max_snapshot_age = max_snapshot_age
         self.deltaberg_conn_id = deltaberg_conn_id
@@ -154,6 +158,7 @@ class DeltaToIcebergOperator(BaseOperator):
                 identifier=identifier,
                 version=version,
                 full=bool(self.full),
+                format_version=self.format_version,
                 retain_snapshots=self.retain_snapshots,
                 max_snapshot_age_ms=None if self.max_snapshot_age is None
                 else int(self.max_snapshot_age.total_seconds() * 1000),

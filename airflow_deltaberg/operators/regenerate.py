@@ -114,6 +114,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
     :param catalog_conn_id: connection whose extra holds pyiceberg catalog properties.
     :param catalog_name: the pyiceberg catalog name. Templated.
     :param full: write a full snapshot even when the table is up to date or could be converted incrementally.
+    :param format_version: Iceberg format version, 2 or 3 (see ``DeltaToIcebergOperator``).
     :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook).
     :param result_location: where the application writes its result JSON (default: a local temporary file).
         Templated.
@@ -138,6 +139,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         catalog_conn_id: str | None = None,
         catalog_name: str = "deltaberg",
         full: bool = False,
+        format_version: int | None = None,
         deltaberg_conn_id: str | None = None,
         result_location: str | None = None,
         name: str = "deltaberg-regenerate",
@@ -152,6 +154,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         self.catalog_conn_id = catalog_conn_id
         self.catalog_name = catalog_name
         self.full = full
+        self.format_version = format_version
         self.deltaberg_conn_id = deltaberg_conn_id
         self.result_location = result_location
         self.table_asset, self.asset_alias = add_iceberg_outlet(self, (table_uri, identifier, catalog_name))
@@ -204,6 +207,8 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
             args += ["--version", str(target)]
         if self.full:
             args.append("--full")
+        if self.format_version is not None:
+            args += ["--format-version", str(self.format_version)]
         if identifier is not None:
             args += ["--identifier", identifier]
         for flag, value in (("--catalog-config-json", catalog_config), ("--storage-options-json", storage_options)):

@@ -1,8 +1,9 @@
 """PySpark application: regenerate the Iceberg metadata of a Delta table, the manifests of a full conversion
 written by Spark executors.
 
-    spark-submit regenerate.py --table LOCATION [--version N] [--full] [--catalog-config-json JSON]
-        [--catalog-name NAME] [--identifier NS.TABLE] [--storage-options-json JSON] [--result-file PATH]
+    spark-submit regenerate.py --table LOCATION [--version N] [--full] [--format-version 2|3]
+        [--catalog-config-json JSON] [--catalog-name NAME] [--identifier NS.TABLE] [--storage-options-json JSON]
+        [--result-file PATH]
 
 It runs the core conversion (``core.iceberg.convert``). Incremental runs (one Iceberg snapshot per new Delta
 commit, typically a few commits) stay in the driver. A full conversion (the first run, ``--full``, or the
@@ -180,11 +181,12 @@ def regenerate(
     catalog_config: Mapping[str, Any] | None = None,
     catalog_name: str = "deltaberg",
     identifier: str | None = None,
+    format_version: int | None = None,
 ) -> ConversionResult:
     """The core conversion, with ``writer`` for the manifests of a full conversion."""
     return convert(location, storage_options=storage_options, catalog_config=catalog_config,
                    catalog_name=catalog_name, identifier=identifier, version=version, full=full,
-                   manifest_writer=writer)
+                   manifest_writer=writer, format_version=format_version)
 
 
 # -- command line ---------------------------------------------------------------------------------------------
@@ -195,6 +197,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--table", required=True, help="Delta table location (path or URI)")
     parser.add_argument("--version", type=int, default=None, help="convert up to this version (default: latest)")
     parser.add_argument("--full", action="store_true", help="one snapshot of the whole table")
+    parser.add_argument("--format-version", type=int, choices=(2, 3), default=None,
+                        help="Iceberg format version (default: the converted table's, 2 for a new one)")
     parser.add_argument("--catalog-config-json", default=None, help="pyiceberg catalog properties (JSON or @FILE)")
     parser.add_argument("--catalog-name", default="deltaberg", help="pyiceberg catalog name")
     parser.add_argument("--identifier", default=None, help="register the table as NAMESPACE.TABLE")
@@ -228,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.table, writer, version=args.version, full=args.full,
             storage_options=json_object_argument(args.storage_options_json, "--storage-options-json"),
             catalog_config=json_object_argument(args.catalog_config_json, "--catalog-config-json"),
-            catalog_name=args.catalog_name, identifier=args.identifier,
+            catalog_name=args.catalog_name, identifier=args.identifier, format_version=args.format_version,
         )
         document = result.to_dict()
     except Exception as exc:

@@ -216,6 +216,36 @@ def test_full_forces_a_full_snapshot_of_an_up_to_date_table(
     assert {e["uri"] for e in events} == {"iceberg://deltaberg/db/events"}
 
 
+def test_format_version_3_upgrades_the_table_and_a_downgrade_fails_without_retrying(
+    run_dag, dag_id, events_table: Path, catalog_config: dict[str, Any]
+) -> None:
+    with make_dag(dag_id) as dag:
+        v2 = DeltaToIcebergOperator(
+            task_id="v2", table_uri=str(events_table), identifier="db.events", catalog_config=catalog_config
+        )
+        v3 = DeltaToIcebergOperator(
+            task_id="v3", table_uri=str(events_table), identifier="db.events", catalog_config=catalog_config,
+            format_version=3,
+        )
+        back = DeltaToIcebergOperator(
+            task_id="back_to_v2", table_uri=str(events_table), identifier="db.events",
+            catalog_config=catalog_config, format_version=2, full=True, retries=2,
+        )
+        v2 >> v3 >> back
+
+    result = run_dag(dag)
+
+    assert (result.ti("v2").state, result.ti("v3").state, result.ti("back_to_v2").state) == \
+        ("success", "success", "failed")
+    assert result.ti("back_to_v2").try_number == 1  # not retried
+    upgraded = result.xcom("v3")
+    assert upgraded["mode"] == "full"
+    metadata = StaticTable.from_metadata(upgraded["metadata_location"]).metadata
+    assert metadata.format_version == 3 and metadata.next_row_id == 5
+    assert catalog_location(catalog_config, "db.events") == upgraded["metadata_location"]
+    assert iceberg_rows(catalog_config, "db.events") == delta_rows(events_table)
+
+
 def test_snapshot_expiry_by_count_and_age(
     run_dag, dag_id, events_table: Path, catalog_config: dict[str, Any]
 ) -> None:

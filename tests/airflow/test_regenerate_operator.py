@@ -70,6 +70,7 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
         DeltaIcebergRegenerateOperator(
             task_id="regenerate", table_uri=str(table), version_range=new_commits(), identifier="db.events",
             catalog_config=catalog_config, conf=SPARK_CONF, deltaberg_conn_id=secret_storage_connection,
+            format_version=3,
         )
         DeltaIcebergRegenerateOperator(
             task_id="backwards", table_uri=str(table), version_range={"from_version": 3, "to_version": 1},
@@ -91,6 +92,7 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
     assert (summary["records"], summary["files_added"]) == (10, len(DeltaLakeTable(str(table), version=1).file_uris()))
     iceberg = load_catalog("deltaberg", **catalog_config).load_table("db.events")
     assert iceberg.metadata_location == summary["metadata_location"]
+    assert iceberg.metadata.format_version == 3  # --format-version reached the application
     read_back = iceberg.scan().to_arrow_batch_reader().read_all()
     assert canonical(read_back) == canonical(DeltaLakeTable(str(table), version=1).to_pyarrow_table())
     assert asset_events(dag_id) == [{

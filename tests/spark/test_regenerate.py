@@ -174,11 +174,14 @@ def test_partitioned_table_with_checkpoint_and_removes(spark: Any, tmp_path: Pat
     assert iceberg_rows(by_spark.metadata_location) == deltalake_rows(local)
 
 
-def test_incremental_after_a_spark_conversion_stays_in_the_driver(spark: Any, tmp_path: Path) -> None:
-    """The conversion state the executors wrote serves the next, incremental run (no Spark job)."""
+@pytest.mark.parametrize("format_version", [2, 3], ids=["v2", "v3"])
+def test_incremental_after_a_spark_conversion_stays_in_the_driver(spark: Any, tmp_path: Path,
+                                                                  format_version: int) -> None:
+    """The conversion state the executors wrote serves the next, incremental run (no Spark job); in v3 the
+    executors write v3 manifests, and the driver's rewrite of their manifests keeps the row ids they assigned."""
     path = partitioned_table(tmp_path / "events")
     writer = writer_for(spark, path)
-    first = convert(str(path), manifest_writer=writer)
+    first = convert(str(path), manifest_writer=writer, format_version=format_version)
     write_deltalake(str(path), rows(100, 10), mode="append")
     DeltaLakeTable(str(path)).delete("bucket = 3")  # removes files the executors' manifests list
 
@@ -186,6 +189,12 @@ def test_incremental_after_a_spark_conversion_stays_in_the_driver(spark: Any, tm
 
     assert (first.mode, second.mode, second.snapshots_written, writer.calls) == ("full", "incremental", 2, 1)
     assert iceberg_rows(second.metadata_location) == deltalake_rows(path)
+    metadata = StaticTable.from_metadata(second.metadata_location).metadata
+    assert metadata.format_version == format_version
+    if format_version == 3:
+        snapshots = sorted(metadata.snapshots, key=lambda s: s.sequence_number)
+        assert [s.first_row_id for s in snapshots] == [0, *(s.first_row_id + s.added_rows for s in snapshots[:-1])]
+        assert metadata.next_row_id == snapshots[-1].first_row_id + snapshots[-1].added_rows
 
 
 #: Log layouts: V2 checkpoints (Parquet, JSON) with sidecars, a multi-part checkpoint whose parts differ in
