@@ -44,16 +44,16 @@ def test_an_error_surfaces_at_the_item_that_raised_it() -> None:
     assert got == [1, 2]
 
 
+def _watched_source(closed: threading.Event) -> Iterator[int]:
+    try:
+        yield from range(100)
+    finally:
+        closed.set()
+
+
 def test_closing_early_closes_the_source() -> None:
     closed = threading.Event()
-
-    def source() -> Iterator[int]:
-        try:
-            yield from range(100)
-        finally:
-            closed.set()
-
-    items = read_ahead(source())
+    items = read_ahead(_watched_source(closed))
     assert [next(items), next(items)] == [0, 1]
     items.close()  # type: ignore[attr-defined]
     assert closed.is_set()
@@ -89,14 +89,7 @@ def test_map_ahead_raises_the_error_of_the_item_that_failed() -> None:
 
 def test_closing_map_ahead_early_closes_its_source() -> None:
     closed = threading.Event()
-
-    def source() -> Iterator[int]:
-        try:
-            yield from range(100)
-        finally:
-            closed.set()
-
-    results = map_ahead(lambda x: x + 1, read_ahead(source()))
+    results = map_ahead(lambda x: x + 1, read_ahead(_watched_source(closed)))
     assert [next(results), next(results)] == [1, 2]
     results.close()  # type: ignore[attr-defined]
     assert closed.is_set()

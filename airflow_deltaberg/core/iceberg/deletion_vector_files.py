@@ -19,7 +19,6 @@ import struct
 import uuid
 import zlib
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +26,12 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vectors, unique_id
-from airflow_deltaberg.core.iceberg.position_deletes import BATCH_FILES, DeleteFileMismatchError, check_positions
+from airflow_deltaberg.core.delta.deletion_vectors import unique_id
+from airflow_deltaberg.core.iceberg.position_deletes import (
+    DeleteFileMismatchError,
+    added_delete_entries,
+    write_per_deletion_vector,
+)
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
@@ -107,22 +110,13 @@ def _write_one(storage: Storage, key: str, data_file_path: str, positions: np.nd
 def _entries(files: pa.Table, rows: np.ndarray, written: list[_Written], storage: Storage, snapshot_id: int,
              sequence_number: int) -> pa.Table:
     n = len(written)
-    take = pa.array(rows, pa.int64())
-    columns: dict[str, Any] = {
-        "status": pa.array(np.ones(n, np.int32)),
-        "snapshot_id": pa.array(np.full(n, snapshot_id, np.int64)),
-        "sequence_number": pa.array(np.full(n, sequence_number, np.int64)),
-        "file_sequence_number": pa.array(np.full(n, sequence_number, np.int64)),
-        "content": pa.array(np.ones(n, np.int32)),
-        "file_path": pa.array([storage.uri(w.key) for w in written], pa.string()),
-        "file_format": pa.array(["PUFFIN"] * n, pa.string()),
-    }
-    if "partition" in files.column_names:
-        columns["partition"] = files.column("partition").take(take).combine_chunks()
+    columns = added_delete_entries(files, rows, [w.key for w in written], storage, file_format="PUFFIN",
+                                   snapshot_id=snapshot_id, sequence_number=sequence_number)
     columns.update({
         "record_count": pa.array([w.cardinality for w in written], pa.int64()),
         "file_size_in_bytes": pa.array([w.size for w in written], pa.int64()),
-        "referenced_data_file": files.column("file_path").take(take).combine_chunks().cast(pa.string()),
+        "referenced_data_file": files.column("file_path").take(pa.array(rows, pa.int64())).combine_chunks()
+        .cast(pa.string()),
         "content_offset": pa.array(np.full(n, BLOB_OFFSET, np.int64)),
         "content_size_in_bytes": pa.array([w.blob_length for w in written], pa.int64()),
     })
@@ -142,24 +136,7 @@ def write_deletion_vectors(
     entries. Same contract as ``position_deletes.write_position_deletes`` (columns ``file_path``,
     ``deletionVector``, optionally ``partition`` and ``record_count``), for v3 tables: ADDED content=1 entries
     with format PUFFIN, in the order of ``files``."""
-    dv = files.column("deletionVector").combine_chunks()
-    rows = np.flatnonzero(np.asarray(dv.is_valid()))
-    descriptors = dv.take(pa.array(rows, pa.int64())).to_pylist()
-    paths = files.column("file_path").take(pa.array(rows, pa.int64())).to_pylist()
-    counts = (files.column("record_count").take(pa.array(rows, pa.int64())).to_pylist()
-              if "record_count" in files.column_names else [None] * len(rows))
-    kept: list[int] = []
-    written: list[_Written] = []
-    with ThreadPoolExecutor(max_workers=max(threads, 1)) as pool:
-        for start in range(0, len(rows), BATCH_FILES):
-            batch = slice(start, start + BATCH_FILES)
-            vectors = read_deletion_vectors(storage, descriptors[batch], threads=threads)
-            jobs = []
-            for i, positions in enumerate(vectors, start):
-                if len(positions) == 0:
-                    continue  # an empty DV deletes nothing: no deletion vector
-                check_positions(storage, paths[i], descriptors[i], counts[i], positions)
-                kept.append(int(rows[i]))
-                jobs.append((deletion_vector_key(paths[i], descriptors[i], key_prefix), paths[i], positions))
-            written.extend(pool.map(lambda job: _write_one(storage, *job), jobs))
-    return _entries(files, np.asarray(kept, np.int64), written, storage, snapshot_id, sequence_number)
+    kept, written = write_per_deletion_vector(
+        storage, files, lambda path, descriptor: deletion_vector_key(path, descriptor, key_prefix), _write_one,
+        threads)
+    return _entries(files, kept, written, storage, snapshot_id, sequence_number)

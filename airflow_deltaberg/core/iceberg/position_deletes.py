@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,7 @@ POSITION_DELETE_SCHEMA = pa.schema(
 #: Part of every delete file's name: change it when the written content changes, so no old file is reused.
 NAME_VERSION = "deltaberg-position-deletes-v1"
 BATCH_FILES = 1024
+W = TypeVar("W")
 
 
 class DeleteFileMismatchError(DeltabergError):
@@ -105,6 +106,25 @@ def _kv(keys: tuple[int, int], values: list[tuple[Any, Any]], value_type: pa.Dat
     return pa.array(items, pa.list_(pa.struct([("key", pa.int32()), ("value", value_type)])))
 
 
+def added_delete_entries(files: pa.Table, rows: np.ndarray, keys: list[str], storage: Storage, *, file_format: str,
+                         snapshot_id: int, sequence_number: int) -> dict[str, Any]:
+    """The columns every ADDED position-delete entry has: status, snapshot and sequence, content 1, the delete
+    files at ``keys`` in ``file_format``, and the partition of the data files at ``rows`` of ``files``."""
+    n = len(keys)
+    columns: dict[str, Any] = {
+        "status": pa.array(np.ones(n, np.int32)),
+        "snapshot_id": pa.array(np.full(n, snapshot_id, np.int64)),
+        "sequence_number": pa.array(np.full(n, sequence_number, np.int64)),
+        "file_sequence_number": pa.array(np.full(n, sequence_number, np.int64)),
+        "content": pa.array(np.ones(n, np.int32)),
+        "file_path": pa.array([storage.uri(key) for key in keys], pa.string()),
+        "file_format": pa.array([file_format] * n, pa.string()),
+    }
+    if "partition" in files.column_names:
+        columns["partition"] = files.column("partition").take(pa.array(rows, pa.int64())).combine_chunks()
+    return columns
+
+
 def _entries(
     files: pa.Table, rows: np.ndarray, written: list[_Written], storage: Storage, snapshot_id: int, sequence_number: int
 ) -> pa.Table:
@@ -112,17 +132,8 @@ def _entries(
     paths = files.column("file_path").take(pa.array(rows, pa.int64())).combine_chunks()
     path_bytes = [p.encode() for p in paths.to_pylist()]
     ids = (FILE_PATH_ID, POS_ID)
-    columns: dict[str, Any] = {
-        "status": pa.array(np.ones(n, np.int32)),
-        "snapshot_id": pa.array(np.full(n, snapshot_id, np.int64)),
-        "sequence_number": pa.array(np.full(n, sequence_number, np.int64)),
-        "file_sequence_number": pa.array(np.full(n, sequence_number, np.int64)),
-        "content": pa.array(np.ones(n, np.int32)),
-        "file_path": pa.array([storage.uri(w.key) for w in written], pa.string()),
-        "file_format": pa.array(["PARQUET"] * n, pa.string()),
-    }
-    if "partition" in files.column_names:
-        columns["partition"] = files.column("partition").take(pa.array(rows, pa.int64())).combine_chunks()
+    columns = added_delete_entries(files, rows, [w.key for w in written], storage, file_format="PARQUET",
+                                   snapshot_id=snapshot_id, sequence_number=sequence_number)
     columns.update(
         {
             "record_count": pa.array([w.record_count for w in written], pa.int64()),
@@ -159,6 +170,22 @@ def write_position_deletes(
     ``key_prefix``. Returns ADDED content=1 entries in ``write_manifest``'s column layout (use
     ``content="deletes"``), in the order of ``files``; the same inputs give the same files and entries.
     """
+    kept, written = write_per_deletion_vector(
+        storage, files, lambda path, descriptor: delete_file_key(path, descriptor, key_prefix), _write_one, threads)
+    return _entries(files, kept, written, storage, snapshot_id, sequence_number)
+
+
+def write_per_deletion_vector(
+    storage: Storage,
+    files: pa.Table,
+    key_of: Callable[[str, Mapping[str, Any]], str],
+    write_one: Callable[[Storage, str, str, np.ndarray], W],
+    threads: int,
+) -> tuple[np.ndarray, list[W]]:
+    """For each row of ``files`` with a non-empty deletion vector: its positions read (``BATCH_FILES`` descriptors
+    at a time) and checked against the data file's ``record_count``, then ``write_one(storage, key, data file
+    path, positions)`` with ``key = key_of(path, descriptor)``, on ``threads`` threads. Returns the rows written
+    for and what ``write_one`` returned, in the order of ``files``."""
     dv = files.column("deletionVector").combine_chunks()
     rows = np.flatnonzero(np.asarray(dv.is_valid()))
     descriptors = dv.take(pa.array(rows, pa.int64())).to_pylist()
@@ -166,7 +193,7 @@ def write_position_deletes(
     counts = (files.column("record_count").take(pa.array(rows, pa.int64())).to_pylist()
               if "record_count" in files.column_names else [None] * len(rows))
     kept: list[int] = []
-    written: list[_Written] = []
+    written: list[W] = []
     with ThreadPoolExecutor(max_workers=max(threads, 1)) as pool:
         for start in range(0, len(rows), BATCH_FILES):
             batch = slice(start, start + BATCH_FILES)
@@ -174,15 +201,15 @@ def write_position_deletes(
             jobs = []
             for i, positions in enumerate(vectors, start):
                 if len(positions) == 0:
-                    continue  # an empty DV deletes nothing: no delete file
-                check_positions(storage, paths[i], descriptors[i], counts[i], positions)
+                    continue  # an empty DV deletes nothing: nothing to write
+                _check_positions(storage, paths[i], descriptors[i], counts[i], positions)
                 kept.append(int(rows[i]))
-                jobs.append((delete_file_key(paths[i], descriptors[i], key_prefix), paths[i], positions))
-            written.extend(pool.map(lambda job: _write_one(storage, *job), jobs))
-    return _entries(files, np.asarray(kept, np.int64), written, storage, snapshot_id, sequence_number)
+                jobs.append((key_of(paths[i], descriptors[i]), paths[i], positions))
+            written.extend(pool.map(lambda job: write_one(storage, *job), jobs))
+    return np.asarray(kept, np.int64), written
 
 
-def check_positions(
+def _check_positions(
     storage: Storage, path: str, descriptor: Mapping[str, Any], count: int | None, positions: np.ndarray
 ) -> None:
     if count is not None and int(positions[-1]) >= count:
