@@ -208,7 +208,7 @@ def test_upgrade_from_v2_is_a_full_conversion_and_v3_stays(tmp_path: Path) -> No
     upgraded = convert(str(path), format_version=3)
     assert upgraded.mode == "full"
     metadata = StaticTable.from_metadata(upgraded.metadata_location).metadata
-    assert metadata.format_version == 3
+    assert metadata.format_version == 3 and "format-version" not in metadata.properties
     assert {s.snapshot_id for s in metadata.snapshots} > {v2.snapshot_id}  # the v2 history stays
     assert metadata.snapshot_by_id(v2.snapshot_id).first_row_id is None
     write_deltalake(str(path), batch(6, 3), mode="append", partition_by=["label"])
