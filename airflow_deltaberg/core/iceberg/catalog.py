@@ -108,19 +108,24 @@ def commit_mode(catalog: Catalog) -> CommitMode:
     if asked == "pointer" and not isinstance(catalog, SqlCatalog):
         raise CatalogError(f"catalog {catalog.name!r} ({type(catalog).__name__}): {COMMIT_MODE_PROPERTY}=pointer is "
                            "only possible for the SQL catalog")
+    return _commit_mode(isinstance(catalog, SqlCatalog), asked)
+
+
+def _commit_mode(is_sql: bool, asked: str | None) -> CommitMode:
+    """The mode asked for, else ``pointer`` for the SQL catalog and ``updates`` for every other."""
     if asked is not None:
         return asked  # type: ignore[return-value]
-    return "pointer" if isinstance(catalog, SqlCatalog) else "updates"
+    return "pointer" if is_sql else "updates"
 
 
 def check_format_version(name: str, config: Mapping[str, Any] | None, format_version: int) -> None:
     """Raise CatalogError when the catalog configured by ``config`` cannot take tables of ``format_version``:
     committing metadata updates to any catalog but a REST one has pyiceberg write the new metadata file, and
     pyiceberg 0.12 writes no v3. Decided from the configuration alone (nothing is opened)."""
-    kind = str((config or {}).get("type", "sql")).lower()
-    asked = (config or {}).get(COMMIT_MODE_PROPERTY)
-    pyiceberg_writes = kind != "rest" and (kind != "sql" or asked == "updates")
-    if format_version >= 3 and pyiceberg_writes:
+    config = config or {}
+    kind = str(config.get("type", "sql")).lower()
+    mode = _commit_mode(kind == "sql", config.get(COMMIT_MODE_PROPERTY))
+    if format_version >= 3 and mode == "updates" and kind != "rest":
         raise CatalogError(
             f"catalog {name!r} (type {kind}) cannot take Iceberg format version {format_version} tables: its commits "
             f"have pyiceberg write the table metadata, and pyiceberg {pyiceberg.__version__} writes no v3 metadata; "

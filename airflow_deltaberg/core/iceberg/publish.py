@@ -20,7 +20,7 @@ from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2, TableMe
 from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError
-from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT
+from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, TableMetadata
 from airflow_deltaberg.core.storage import Storage
 
 ICEBERG_DIR = "_iceberg"
@@ -41,7 +41,7 @@ class PublishedMetadata:
     version: int
     key: str
     location: str
-    metadata: TableMetadataV2 | TableMetadataV3
+    metadata: TableMetadata
 
 
 def metadata_key(version: int) -> str:
@@ -80,7 +80,7 @@ def latest_metadata(storage: Storage) -> PublishedMetadata | None:
     return PublishedMetadata(version, key, storage.uri(key), metadata)
 
 
-def metadata_json(metadata: TableMetadataV2 | TableMetadataV3) -> bytes:
+def metadata_json(metadata: TableMetadata) -> bytes:
     """The metadata.json bytes of ``metadata``. pyiceberg 0.12 reads v3 metadata but refuses to write it (its
     model_dump_json raises); the fields of its v3 model are those of the spec, so pydantic's own serializer is
     used for them."""
@@ -89,7 +89,7 @@ def metadata_json(metadata: TableMetadataV2 | TableMetadataV3) -> bytes:
     return metadata.model_dump_json(by_alias=True, exclude_none=True).encode()
 
 
-def publish_metadata(storage: Storage, version: int, metadata: TableMetadataV2 | TableMetadataV3) -> PublishedMetadata:
+def publish_metadata(storage: Storage, version: int, metadata: TableMetadata) -> PublishedMetadata:
     """Write ``v<version>.metadata.json`` (fails if another converter wrote it first), then the hint."""
     key = metadata_key(version)
     payload = metadata_json(metadata)
