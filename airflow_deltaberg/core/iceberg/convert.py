@@ -362,12 +362,12 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
 
 
 def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
-                        storage_options: Mapping[str, Any] | None = None,
-                        format_version: int = 2) -> tuple[_Tip, int, int, int]:
-    """One Iceberg snapshot per Delta commit after the tip's version; raises _FallBackToFull when the
-    commits or the conversion state are not available."""
-    if tip.state is None:
+                        storage_options: Mapping[str, Any] | None = None) -> tuple[_Tip, int, int, int]:
+    """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; raises
+    _FallBackToFull when the commits or the conversion state are not available."""
+    if tip.state is None or tip.published is None:
         raise _FallBackToFull("no conversion state next to the current Iceberg snapshot")
+    format_version = tip.published.metadata.format_version  # another one is reached by a full conversion
     start = tip.state.delta_version + 1
     try:
         commit_range = table.commits(start, target_version)
@@ -466,8 +466,7 @@ def convert(
                          table.location, published_format, wanted_format)
         else:
             try:
-                tip, files_added, files_removed, written = convert_incremental(table, tip, target, storage_options,
-                                                                               wanted_format)
+                tip, files_added, files_removed, written = convert_incremental(table, tip, target, storage_options)
             except _FallBackToFull as reason:
                 log.info("%s: full conversion instead of incremental: %s", table.location, reason)
                 mode = "full"

@@ -158,10 +158,12 @@ def build_metadata(
                                       merged_properties)
     last_partition_id = max([pf.field_id for s in specs for pf in s.fields]
                             + [previous.last_partition_id or 999 if previous else 999])
-    if format_version >= 3 and lineage is None:
-        raise ValueError("v3 metadata needs the snapshot's row lineage")
-    model = TableMetadataV3 if format_version >= 3 else TableMetadataV2
-    extra = {"next_row_id": lineage.next_row_id} if format_version >= 3 and lineage else {}
+    model: type[TableMetadata] = TableMetadataV2
+    extra: dict[str, Any] = {}
+    if format_version >= 3:
+        if lineage is None:
+            raise ValueError("v3 metadata needs the snapshot's row lineage")
+        model, extra = TableMetadataV3, {"next_row_id": lineage.next_row_id}
     return model(
         location=location,
         table_uuid=previous.table_uuid if previous else table_uuid_for(delta_table_id),
