@@ -31,11 +31,7 @@ def read_ahead(items: Iterable[T]) -> Iterator[T]:
             pending = pool.submit(pull)
             yield item  # type: ignore[misc]
     finally:
-        # The pull under way finishes first: a generator must not be closed while another thread runs it.
-        pool.shutdown(wait=True, cancel_futures=True)
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
+        _stop(pool, source)
 
 
 def map_ahead(work: Callable[[T], R], items: Iterable[T], *, workers: int = 2) -> Iterator[R]:
@@ -55,7 +51,12 @@ def map_ahead(work: Callable[[T], R], items: Iterable[T], *, workers: int = 2) -
         while pending:
             yield pending.popleft().result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
+        _stop(pool, source)
+
+
+def _stop(pool: ThreadPoolExecutor, source: Iterator[object]) -> None:
+    # The work under way finishes first: a generator must not be closed while another thread runs it.
+    pool.shutdown(wait=True, cancel_futures=True)
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
