@@ -752,9 +752,30 @@ def test_column_mapping_enabled_after_conversion(iceberg_spark: Any, tmp_path: P
             f"CREATE TABLE @ USING delta PARTITIONED BY (p) TBLPROPERTIES ({NO_DV}) AS "
             "SELECT 1 AS id, map('k', named_struct('v', 1)) AS ms, 'x' AS p")
     convert(str(path))
-    run_sql(iceberg_spark, path, UPGRADE_TO_NAME_MAPPING,
-            "INSERT INTO @ VALUES (2, map('k', named_struct('v', 2)), 'y')")
-    assert_every_version_matches(iceberg_spark, path, convert(str(path)).metadata_location)
+    # An append before the upgrade: the same run publishes its snapshot, then falls back to a full conversion.
+    run_sql(iceberg_spark, path, "INSERT INTO @ VALUES (3, map('k', named_struct('v', 3)), 'x')",
+            UPGRADE_TO_NAME_MAPPING, "INSERT INTO @ VALUES (2, map('k', named_struct('v', 2)), 'y')")
+    result = convert(str(path))
+    assert result.mode == "full" and result.snapshots_written == 2
+    assert_every_version_matches(iceberg_spark, path, result.metadata_location)
+
+
+def test_commit_times_going_backwards(iceberg_spark: Any, tmp_path: Path) -> None:
+    """Commit file times that go backwards (legal in Delta) give snapshot times in order: Iceberg Java refuses a
+    snapshot log that is not ("[BUG] Expected sorted snapshot log entries")."""
+    path = tmp_path / "backwards"
+    run_sql(iceberg_spark, path, f"CREATE TABLE @ (id INT, p STRING) USING delta TBLPROPERTIES ({NO_DV})",
+            "INSERT INTO @ VALUES (1, 'a')", "INSERT INTO @ VALUES (2, 'b')", "DELETE FROM @ WHERE id = 1")
+    # Days ago, within the week Delta on Spark lets a reader travel back (delta.deletedFileRetentionDuration).
+    now = dt.datetime.now(dt.timezone.utc).timestamp()
+    for version, days_ago in enumerate((2, 3, 1, 4)):
+        seconds = now - days_ago * 86_400
+        os.utime(path / "_delta_log" / f"{version:020d}.json", (seconds, seconds))
+    convert(str(path), version=0)
+    location = convert(str(path)).metadata_location
+    assert_every_version_matches(iceberg_spark, path, location)
+    history = iceberg_df(iceberg_spark, location, table="history").orderBy("made_current_at").collect()
+    assert len(history) == 4
 
 
 def test_dropped_column_stays_dropped_after_column_mapping_upgrade(iceberg_spark: Any, tmp_path: Path) -> None:

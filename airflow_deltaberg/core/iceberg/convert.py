@@ -283,7 +283,22 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: _Tip, *,
 
 
 class _FallBackToFull(Exception):
-    """Incremental conversion cannot continue; the reason goes to the log."""
+    """Incremental conversion cannot continue; the reason goes to the log. ``progress`` is what the incremental run
+    published before it stopped (the full conversion builds on its tip), when it published anything."""
+
+    def __init__(self, reason: str, progress: _Progress | None = None):
+        super().__init__(reason)
+        self.progress = progress
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """The Iceberg tip after some incremental snapshots, and what they did."""
+
+    tip: _Tip
+    files_added: int
+    files_removed: int
+    snapshots_written: int
 
 
 def _operation(changes: pa.Array, summary: dict[str, str]) -> Operation:
@@ -380,11 +395,14 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
     for version in range(start, target_version + 1):
         if version in metadata_by_version:
             new_metadata = Metadata.from_action(metadata_by_version[version])
+            reason = None
             if new_metadata.partition_columns != metadata.partition_columns or new_metadata.id != metadata.id:
-                raise _FallBackToFull(f"version {version} changes the partitioning or replaces the table")
-            if new_metadata.column_mapping_mode != metadata.column_mapping_mode:
-                raise _FallBackToFull(f"version {version} changes the column mapping mode, and with it the ids of "
-                                      "the columns")
+                reason = f"version {version} changes the partitioning or replaces the table"
+            elif new_metadata.column_mapping_mode != metadata.column_mapping_mode:
+                reason = f"version {version} changes the column mapping mode, and with it the ids of the columns"
+            if reason is not None:
+                # The snapshots of the commits before it are published: the full conversion goes on from them.
+                raise _FallBackToFull(reason, _Progress(tip, files_added, files_removed, written) if written else None)
             metadata = new_metadata
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
@@ -470,6 +488,9 @@ def convert(
             except _FallBackToFull as reason:
                 log.info("%s: full conversion instead of incremental: %s", table.location, reason)
                 mode = "full"
+                if reason.progress is not None:
+                    tip = reason.progress.tip
+                    written = reason.progress.snapshots_written
         if mode == "full":
             with large_buffer_pool():
                 snapshot = table.snapshot(target)
@@ -477,7 +498,7 @@ def convert(
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,
                                                                format_version=wanted_format)
-            written = 1
+            written += 1
     assert tip.published is not None
     expiry = Expiry(0, None)
     if retain_snapshots is not None or max_snapshot_age_ms is not None:

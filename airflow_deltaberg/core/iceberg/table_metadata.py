@@ -129,11 +129,16 @@ def build_metadata(
     snapshot_id = snapshot.snapshot_id
     summary = {DELTA_VERSION: str(snapshot.delta_version), DELTA_TIMESTAMP: str(snapshot.delta_timestamp_ms),
                **snapshot.summary}
+    snapshot_log = time_ordered(keep.snapshot_log) if keep else []
+    # Delta commit times may go backwards (file times, some in-commit timestamps) and Iceberg readers refuse a
+    # snapshot log out of time order: a snapshot is never older than the one before it. Delta's own time stays in
+    # the summary.
+    timestamp_ms = max([snapshot.delta_timestamp_ms, *(e.timestamp_ms for e in snapshot_log[-1:])])
     new_snapshot = Snapshot(
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent,
         sequence_number=sequence_number,
-        timestamp_ms=snapshot.delta_timestamp_ms,
+        timestamp_ms=timestamp_ms,
         manifest_list=snapshot.manifest_list,
         summary=Summary(operation=snapshot.operation, **summary),
         schema_id=schema_id,
@@ -142,8 +147,7 @@ def build_metadata(
     )
     snapshots = [s for s in (keep.snapshots if keep else []) if s.snapshot_id != snapshot_id]
     snapshots.append(new_snapshot)
-    snapshot_log = list(keep.snapshot_log) if keep else []
-    snapshot_log.append(SnapshotLogEntry(snapshot_id=snapshot_id, timestamp_ms=snapshot.delta_timestamp_ms))
+    snapshot_log.append(SnapshotLogEntry(snapshot_id=snapshot_id, timestamp_ms=timestamp_ms))
     merged_properties: dict[str, Any] = dict(previous.properties) if previous else {}
     merged_properties.update(properties)
     # Reserved by Iceberg (the metadata's own field says it); earlier versions of this converter stored "2" here.
@@ -167,7 +171,8 @@ def build_metadata(
     return model(
         location=location,
         table_uuid=previous.table_uuid if previous else table_uuid_for(delta_table_id),
-        last_updated_ms=max(now_ms, previous.last_updated_ms + 1 if previous else 0),
+        # Not before the snapshot it adds (a Delta commit time may lie ahead of this clock), nor the previous file.
+        last_updated_ms=max(now_ms, timestamp_ms, previous.last_updated_ms + 1 if previous else 0),
         last_column_id=max(last_column_id, previous.last_column_id if previous else 0),
         schemas=schemas,
         current_schema_id=schema_id,
@@ -185,6 +190,17 @@ def build_metadata(
         last_sequence_number=sequence_number,
         **extra,
     )
+
+
+def time_ordered(snapshot_log: list[SnapshotLogEntry]) -> list[SnapshotLogEntry]:
+    """``snapshot_log`` with each time raised to the latest before it (tables converted before snapshot times were
+    kept in order can carry a log that goes backwards; Iceberg Java refuses to load those)."""
+    out: list[SnapshotLogEntry] = []
+    for entry in snapshot_log:
+        if out and entry.timestamp_ms < out[-1].timestamp_ms:
+            entry = SnapshotLogEntry(snapshot_id=entry.snapshot_id, timestamp_ms=out[-1].timestamp_ms)
+        out.append(entry)
+    return out
 
 
 def with_table_ids(schema: Schema, spec: PartitionSpec, previous: TableMetadata | None,
