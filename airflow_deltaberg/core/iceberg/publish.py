@@ -98,7 +98,8 @@ def publish_metadata(storage: Storage, version: int, metadata: TableMetadata) ->
     except FileAlreadyExistsError as exc:
         raise ConcurrentConversionError(
             f"another conversion published Iceberg metadata version {version} first ({storage.uri(key)}); "
-            "nothing of this run is visible; run the conversion again to continue from there"
+            "this run's snapshot for it was not published (snapshots this run published before it stay); run the "
+            "conversion again to continue from there"
         ) from exc
     storage.replace(VERSION_HINT, str(version).encode())
     return PublishedMetadata(version, key, storage.uri(key), metadata)
