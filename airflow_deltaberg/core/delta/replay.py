@@ -145,15 +145,10 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         n_checkpoint_rows = files.num_rows
         batches.append(ActionBatch(files, cp_batch.other_actions))
     known = partition_columns_of(batches[0].other_actions) if batches else None
-    for files, is_compaction in _commit_file_runs(segment):
-        batch = read_json_actions(storage, table, files, partition_columns=known)
-        if is_compaction:
-            # Log compactions written by Delta may list a logical file more than once (e.g. a remove and
-            # then the add it cancels); the first occurrence is the reconciled one (delta-kernel-rs
-            # keeps the first as well, and only that matches the replay of the commits themselves).
-            reverse = from_numpy(np.arange(batch.file_actions.num_rows - 1, -1, -1, dtype=np.int64))
-            batch = ActionBatch(batch.file_actions.take(reverse), batch.other_actions)
-        batches.append(batch)
+    # Log compactions are not read: the segment always has every commit they cover, and a compaction that
+    # disagrees with its commits (Delta's own may hold a remove and then the add it cancels) would change the
+    # state, while the commits cost little more to read.
+    batches.append(read_json_actions(storage, table, list(segment.commits), partition_columns=known))
 
     other = [a for b in batches for a in b.other_actions]
     protocol, metadata, txns, domains, commit_info = _reconcile_other(storage, table, other, segment)
@@ -192,30 +187,6 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             from_cp = add_rows < n_checkpoint_rows
             add_index = np.where(from_cp, ordinal[np.where(from_cp, add_rows, 0)], -1)
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
-
-
-def _commit_file_runs(segment: LogSegment) -> list[tuple[list[tuple[int, FileEntry]], bool]]:
-    """Commits of the segment in order, grouped into runs of plain commits, with each log compaction
-    standing alone in place of the commits it covers."""
-    runs: list[tuple[list[tuple[int, FileEntry]], bool]] = []
-    plain: list[tuple[int, FileEntry]] = []
-    compactions = {c.start: c for c in segment.compactions}
-    skip_until = -1
-    for version, entry in segment.commits:
-        if version <= skip_until:
-            continue
-        c = compactions.get(version)
-        if c is None:
-            plain.append((version, entry))
-            continue
-        if plain:
-            runs.append((plain, False))
-            plain = []
-        runs.append(([(c.end, c.file)], True))
-        skip_until = c.end
-    if plain or not runs:
-        runs.append((plain, False))
-    return runs
 
 
 def _newest_per_logical_file(files: pa.Table, n_reconciled: int = 0) -> np.ndarray | None:
@@ -274,9 +245,6 @@ def _source_file(storage: Storage, segment: LogSegment, version: int) -> str:
     """The log file an action of ``version`` was read from, for messages."""
     if segment.checkpoint is not None and version == segment.checkpoint.version:
         return storage.uri(segment.checkpoint.files[0].key)
-    for c in segment.compactions:
-        if c.end == version:
-            return storage.uri(c.file.key)
     return storage.uri(commit_key(version))
 
 

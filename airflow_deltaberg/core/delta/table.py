@@ -62,14 +62,13 @@ class DeltaTable:
         """The newest committed version (lists the log from `_last_checkpoint` on when present)."""
         return build_log_segment(self.storage, self.location).version
 
-    def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None,
-                 use_compaction: bool = True) -> Snapshot:
+    def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
         """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest."""
         if timestamp_ms is not None:
             if version is not None:
                 raise ValueError("give a version or a timestamp, not both")
             version = self.version_at(timestamp_ms)
-        segment = build_log_segment(self.storage, self.location, version, use_compaction=use_compaction)
+        segment = build_log_segment(self.storage, self.location, version)
         state = replay(self.storage, self.location, segment)
         self._check_readable(state.protocol, segment)
         timestamp = self._commit_timestamp(segment, state.metadata, state.commit_info)
