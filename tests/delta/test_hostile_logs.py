@@ -2,7 +2,8 @@
 table, version and file (exit 2 from the CLI, nothing written under _iceberg); where Delta readers accept it we
 read exactly what they read.
 
-Covered: log compactions that disagree with their commits (ignored).
+Covered: log compactions that disagree with their commits (ignored); schemas nested too deep, invalid
+decimals and malformed fields.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pyiceberg.table import StaticTable
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.log_segment import list_log
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.delta.schema import MAX_TYPE_DEPTH
+from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError
 
 # -- helpers -----------------------------------------------------------------------------------------------
 
@@ -139,3 +141,94 @@ def test_a_compaction_that_disagrees_with_its_commits_is_ignored(tmp_path):
     for version in range(5):
         assert our_paths(root, version) == expected[version] == peer_paths(root, version), f"v{version}"
     assert len(expected[4]) == 10
+
+
+# -- schemas ---------------------------------------------------------------------------------------------------
+
+
+def _with_column(type_json: str) -> Callable[[list[dict[str, Any]]], None]:
+    """Add a column of type ``type_json`` (raw JSON text) to the schema of the commit's metaData."""
+
+    def change(actions: list[dict[str, Any]]) -> None:
+        metadata = action(actions, "metaData")
+        schema = metadata["schemaString"]
+        assert schema.endswith("]}")
+        column = '{"name":"extra","type":' + type_json + ',"nullable":true,"metadata":{}}'
+        metadata["schemaString"] = schema[:-2] + "," + column + "]}"
+
+    return change
+
+
+def _nested_arrays(depth: int) -> str:
+    return '{"type":"array","elementType":' * depth + '"long"' + ',"containsNull":true}' * depth
+
+
+NESTED = {
+    "array": _nested_arrays,
+    "struct": lambda depth: ('{"type":"struct","fields":[{"name":"a","type":' * depth + '"long"'
+                             + ',"nullable":true,"metadata":{}}]}' * depth),
+    "map": lambda depth: ('{"type":"map","keyType":"string","valueType":' * depth + '"long"'
+                          + ',"valueContainsNull":true}' * depth),
+}
+
+
+def _with_field(field: Any) -> Callable[[list[dict[str, Any]]], None]:
+    def change(actions: list[dict[str, Any]]) -> None:
+        metadata = action(actions, "metaData")
+        schema = json.loads(metadata["schemaString"])
+        schema["fields"].append(field)
+        metadata["schemaString"] = json.dumps(schema)
+
+    return change
+
+
+SCHEMA_DEFECTS = {
+    "nested-5000-deep": _with_column(_nested_arrays(5000)),
+    "arrays-one-level-too-deep": _with_column(NESTED["array"](MAX_TYPE_DEPTH)),
+    "structs-one-level-too-deep": _with_column(NESTED["struct"](MAX_TYPE_DEPTH)),
+    "maps-one-level-too-deep": _with_column(NESTED["map"](MAX_TYPE_DEPTH)),
+    "decimal(99,200)": _with_column('"decimal(99,200)"'),
+    "decimal(39,0)": _with_column('"decimal(39,0)"'),
+    "decimal(0,0)": _with_column('"decimal(0,0)"'),
+    "decimal(5,6)": _with_column('"decimal(5,6)"'),
+    "decimal(5,-1)": _with_column('"decimal(5,-1)"'),
+    "field-not-an-object": _with_field("extra"),
+    "field-name-not-a-string": _with_field({"name": 5, "type": "long", "nullable": True, "metadata": {}}),
+    "field-nullable-not-a-boolean": _with_field({"name": "x", "type": "long", "nullable": "no", "metadata": {}}),
+    "physical-name-not-a-string": _with_field({"name": "x", "type": "long", "nullable": True,
+                                               "metadata": {"delta.columnMapping.physicalName": 5}}),
+    "fields-not-a-list": lambda actions: action(actions, "metaData").update(
+        schemaString='{"type":"struct","fields":5}'),
+    "array-containsNull-not-a-boolean": _with_column('{"type":"array","elementType":"long","containsNull":"yes"}'),
+}
+
+
+@pytest.mark.parametrize("defect", list(SCHEMA_DEFECTS), ids=list(SCHEMA_DEFECTS))
+def test_schema_defects(tmp_path, capsys, defect):
+    root = make_table(tmp_path)
+    path = edit_commit(root, 0, SCHEMA_DEFECTS[defect])
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot().schema  # noqa: B018
+    assert_names(info.value, root, version=0, file=path, also=("metaData",))
+    assert_cli_refuses(root, capsys)
+
+
+@pytest.mark.parametrize("kind", list(NESTED))
+def test_schema_at_the_nesting_limit_is_read_and_converted(tmp_path, capsys, kind):
+    """A column nested MAX_TYPE_DEPTH - 1 levels deep below the table's struct (absent from the data files,
+    so null) is read, converted, and read back by pyiceberg."""
+    root = make_table(tmp_path)
+    expected = sorted((r["id"], r["p"], None) for r in peer_rows(root))
+    edit_commit(root, 0, _with_column(NESTED[kind](MAX_TYPE_DEPTH - 1)))
+    snap = DeltaTable(str(root)).snapshot()
+    assert snap.schema.names == ["id", "p", "extra"]
+    assert main(["convert", str(root)]) == 0
+    capsys.readouterr()
+    assert sorted((r["id"], r["p"], r["extra"]) for r in converted_rows(root)) == expected
+
+
+@pytest.mark.parametrize("decimal", ["decimal(38,38)", "decimal(1,0)", "decimal(38,0)", "decimal(10,2)"])
+def test_valid_decimals_are_read(tmp_path, decimal):
+    root = make_table(tmp_path)
+    edit_commit(root, 0, _with_column(f'"{decimal}"'))
+    assert str(DeltaTable(str(root)).snapshot().schema.field("extra").type) == decimal
