@@ -2,12 +2,15 @@
 table, version and file (exit 2 from the CLI, nothing written under _iceberg); where Delta readers accept it we
 read exactly what they read.
 
-Covered: log compactions that disagree with their commits (ignored); schemas nested too deep, invalid
-decimals and malformed fields.
+Covered: two protocol/metaData actions in one version (commit or checkpoint), for snapshots and for commit
+ranges; log compactions that disagree with their commits (ignored); a superseded metaData without
+schemaString (Databricks Delta Live Tables); schemas nested too deep, invalid decimals and malformed fields;
+protocol, metaData, txn, domainMetadata, sidecar and commitInfo fields of the wrong type.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 
 import deltalake
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.table import StaticTable
@@ -126,6 +130,79 @@ def convert_first(root: Path, version: int, capsys: pytest.CaptureFixture[str]) 
     assert (root / "_iceberg").is_dir()
 
 
+# -- two protocol or metaData actions in one version ---------------------------------------------------------
+
+
+def _second(kind: str, first: dict[str, Any]) -> dict[str, Any]:
+    """Another ``kind`` action that disagrees with ``first``: a column more, or a newer writer version."""
+    second = copy.deepcopy(first)
+    if kind == "metaData":
+        schema = json.loads(second["schemaString"])
+        schema["fields"].append({"name": "extra", "type": "string", "nullable": True, "metadata": {}})
+        second["schemaString"] = json.dumps(schema)
+    else:
+        second["minWriterVersion"] = first["minWriterVersion"] + 1
+    return second
+
+
+@pytest.mark.parametrize("kind", ["metaData", "protocol"])
+def test_two_protocol_or_metadata_actions_in_one_commit(tmp_path, capsys, kind):
+    """The protocol allows one of each per version; with two, the last used to win (and the Iceberg schema
+    no longer matched the data). Refused for a snapshot and for a commit range (incremental conversion)."""
+    root = make_table(tmp_path)
+    convert_first(root, 0, capsys)
+    first = action(read_actions(log_file(root, 0)), kind)
+    path = edit_commit(root, 1, lambda actions: actions.extend([{kind: first}, {kind: _second(kind, first)}]))
+
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=1, file=path, also=(f"{kind} actions",))
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).commits(1)
+    assert_names(info.value, root, version=1, file=path, also=(f"{kind} actions",))
+    assert our_paths(root, 0) == peer_paths(root, 0)  # the version before still reads
+    assert_cli_refuses(root, capsys)  # incremental conversion from version 0 refused, nothing written
+
+
+@pytest.mark.parametrize("kind", ["metaData", "protocol"])
+def test_two_protocol_or_metadata_actions_in_a_parquet_checkpoint(copy_fixture, capsys, kind):
+    root = copy_fixture("app-txn-checkpoint")  # checkpoint at version 1, the latest
+    path = root / "_delta_log" / "00000000000000000001.checkpoint.parquet"
+    checkpoint = pq.read_table(path)
+    row = next(i for i, value in enumerate(checkpoint.column(kind).to_pylist()) if value is not None)
+    pq.write_table(pa.concat_tables([checkpoint, checkpoint.slice(row, 1)]), path)
+
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=1, file=path, also=(f"{kind} actions",))
+    assert_cli_refuses(root, capsys)
+
+
+def test_two_metadata_actions_in_a_json_checkpoint(copy_fixture, capsys):
+    root = copy_fixture("v2-checkpoints-json-without-sidecars")
+    path = sorted((root / "_delta_log").glob("*.checkpoint.*.json"))[-1]
+    version = int(path.name.split(".")[0])
+    actions = read_actions(path)
+    metadata = action(actions, "metaData")
+    write_actions(path, [*actions, {"metaData": _second("metaData", metadata)}])
+
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=version, file=path, also=("metaData actions",))
+    assert_cli_refuses(root, capsys)
+
+
+def test_one_protocol_and_one_metadata_per_commit_in_a_range_still_read(tmp_path):
+    """Several versions that each change the metadata once: the commit range holds every one of them."""
+    root = make_table(tmp_path)
+    write_deltalake(str(root), rows([9], ["c"]).append_column("note", pa.array(["x"])), mode="append",
+                    schema_mode="merge")
+    commit_range = DeltaTable(str(root)).commits(0)
+    metadata = [v for v, name, _ in commit_range.actions.other_actions if name == "metaData"]
+    assert metadata == [0, 3]
+    assert DeltaTable(str(root)).snapshot().schema.names == ["id", "p", "note"]
+
+
 # -- log compactions -------------------------------------------------------------------------------------------
 
 
@@ -141,6 +218,86 @@ def test_a_compaction_that_disagrees_with_its_commits_is_ignored(tmp_path):
     for version in range(5):
         assert our_paths(root, version) == expected[version] == peer_paths(root, version), f"v{version}"
     assert len(expected[4]) == 10
+
+
+# -- a superseded metaData without schemaString (Delta Live Tables) ----------------------------------------------
+
+
+def _dlt_table(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """Version 0's metaData has no schemaString (as Delta Live Tables writes it); version 1 replaces it with a
+    complete one. Returns the root and the complete metaData."""
+    root = make_table(tmp_path)
+    metadata = action(read_actions(log_file(root, 0)), "metaData")
+    edit_commit(root, 0, lambda actions: action(actions, "metaData").pop("schemaString"))
+    edit_commit(root, 1, lambda actions: actions.append({"metaData": metadata}))
+    return root, metadata
+
+
+def test_superseded_metadata_without_schema_string_is_read(tmp_path, capsys):
+    """Delta on Spark (Databricks) reads such a table; deltalake 1.6.6 refuses it (its kernel parses every
+    metaData), so the oracle is deltalake on the same table before its log was changed."""
+    before = make_table(tmp_path / "before")
+    root, metadata = _dlt_table(tmp_path)
+    snap = DeltaTable(str(root)).snapshot()
+    assert snap.metadata.schema_string == metadata["schemaString"]
+    assert snap.schema.names == ["id", "p"]
+    assert snap.num_records == 9
+    for version in (1, 2):
+        assert len(our_paths(root, version)) == len(peer_paths(before, version)) == 2 * (version + 1)
+    assert [(v, n) for v, n, _ in DeltaTable(str(root)).commits(0).actions.other_actions if n == "metaData"] == [
+        (0, "metaData"), (1, "metaData")]
+
+    assert main(["inspect", str(root)]) == 0
+    assert main(["convert", str(root), "--version", "1"]) == 0
+    assert main(["convert", str(root)]) == 0  # incremental from version 1
+    capsys.readouterr()
+    assert converted_rows(root) == peer_rows(before)
+    assert len(converted_rows(root)) == 9
+
+
+def test_reading_the_version_of_an_incomplete_metadata_is_refused(tmp_path, capsys):
+    root, _ = _dlt_table(tmp_path)
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot(0)
+    assert_names(info.value, root, version=0, file=log_file(root, 0), also=("schemaString",))
+    for command in ("inspect", "convert"):
+        assert main([command, str(root), "--version", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "CorruptLogError: " in err and "schemaString" in err, err
+    assert not (root / "_iceberg").exists()
+
+
+def test_metadata_changes_of_a_commit_range(tmp_path):
+    """A commit range gives each commit's metaData parsed, and a typed error for one that cannot be read
+    (here a Delta Live Tables style metaData without schemaString in commit 2, superseded in commit 3): the
+    incremental conversion must not build a snapshot of version 2 from it."""
+    root = make_table(tmp_path)
+    metadata = action(read_actions(log_file(root, 0)), "metaData")
+    incomplete = {k: v for k, v in metadata.items() if k != "schemaString"}
+    edit_commit(root, 2, lambda actions: actions.append({"metaData": incomplete}))
+    write_actions(log_file(root, 3), [{"commitInfo": {"timestamp": 1}}, {"metaData": metadata}])
+    table = DeltaTable(str(root))
+
+    assert table.snapshot().schema.names == ["id", "p"]
+    assert list(table.commits(0, 1).metadata_changes()) == [0]
+    assert table.commits(3).metadata_changes()[3].schema_string == metadata["schemaString"]
+    with pytest.raises(CorruptLogError) as info:
+        table.commits(1).metadata_changes()
+    assert_names(info.value, root, version=2, file=log_file(root, 2), also=("schemaString",))
+
+
+def test_superseded_metadata_that_is_garbage_does_not_break_the_partition_hint(tmp_path):
+    """An earlier metaData is used only as a hint for the partition columns; if it cannot be read, the
+    reader infers them instead of failing."""
+    root = make_table(tmp_path)
+    expected = peer_paths(root)
+    metadata = action(read_actions(log_file(root, 0)), "metaData")
+    edit_commit(root, 0, lambda actions: action(actions, "metaData").update(
+        configuration=["not", "a", "map"], schemaString="[" * 5000))
+    edit_commit(root, 1, lambda actions: actions.append({"metaData": metadata}))
+    assert our_paths(root) == expected  # deltalake 1.6.6 refuses the table: it parses every metaData
+    files = DeltaTable(str(root)).snapshot().files
+    assert sorted(pv[0][1] for pv in files.column("partitionValues").to_pylist()) == ["a", "a", "a", "b", "b", "b"]
 
 
 # -- schemas ---------------------------------------------------------------------------------------------------
@@ -232,3 +389,88 @@ def test_valid_decimals_are_read(tmp_path, decimal):
     root = make_table(tmp_path)
     edit_commit(root, 0, _with_column(f'"{decimal}"'))
     assert str(DeltaTable(str(root)).snapshot().schema.field("extra").type) == decimal
+
+
+# -- protocol, metaData, txn, domainMetadata, sidecar and commitInfo fields of the wrong type --------------------
+
+
+def _set(kind: str, **fields: Any) -> Callable[[list[dict[str, Any]]], None]:
+    def change(actions: list[dict[str, Any]]) -> None:
+        action(actions, kind).update(fields)
+
+    return change
+
+
+def _append(kind: str, body: dict[str, Any]) -> Callable[[list[dict[str, Any]]], None]:
+    return lambda actions: actions.append({kind: body})
+
+
+ACTION_DEFECTS = {
+    "minReaderVersion-a-string": (0, _set("protocol", minReaderVersion="1")),
+    "minReaderVersion-a-float": (0, _set("protocol", minReaderVersion=1.5)),
+    "minWriterVersion-a-boolean": (0, _set("protocol", minWriterVersion=True)),
+    "readerFeatures-a-string": (0, _set("protocol", minReaderVersion=3, minWriterVersion=7,
+                                        readerFeatures="columnMapping", writerFeatures=["columnMapping"])),
+    "writerFeatures-holding-a-number": (0, _set("protocol", minReaderVersion=3, minWriterVersion=7,
+                                                readerFeatures=[], writerFeatures=[5])),
+    "partitionColumns-a-string": (0, _set("metaData", partitionColumns="p")),
+    "partitionColumns-an-object": (0, _set("metaData", partitionColumns={"p": 1})),
+    "partitionColumns-holding-a-number": (0, _set("metaData", partitionColumns=[1])),
+    "configuration-a-list": (0, _set("metaData", configuration=["x"])),
+    "configuration-value-an-object": (0, _set("metaData", configuration={"delta.appendOnly": {"x": 1}})),
+    "format-a-string": (0, _set("metaData", format="parquet")),
+    "id-a-number": (0, _set("metaData", id=5)),
+    "schemaString-an-object": (0, _set("metaData", schemaString={"type": "struct", "fields": []})),
+    "txn-version-a-string": (2, _append("txn", {"appId": "x", "version": "5"})),
+    "txn-version-a-float": (2, _append("txn", {"appId": "x", "version": 1.5})),
+    "txn-appId-a-list": (2, _append("txn", {"appId": ["x"], "version": 1})),
+    "txn-without-version": (2, _append("txn", {"appId": "x"})),
+    "domainMetadata-domain-a-number": (2, _append("domainMetadata", {"domain": 5, "configuration": "",
+                                                                     "removed": False})),
+    "domainMetadata-configuration-an-object": (2, _append("domainMetadata", {"domain": "d", "configuration": {},
+                                                                             "removed": False})),
+    "commitInfo-nested-5000-deep": (2, _append("commitInfo", {"x": "placeholder"})),
+}
+
+
+@pytest.mark.parametrize("defect", list(ACTION_DEFECTS), ids=list(ACTION_DEFECTS))
+def test_action_field_defects(tmp_path, capsys, defect):
+    version, change = ACTION_DEFECTS[defect]
+    root = make_table(tmp_path)
+    path = edit_commit(root, version, change)
+    if defect == "commitInfo-nested-5000-deep":
+        text = path.read_text().replace('{"x": "placeholder"}', '{"x":' + "[" * 5000 + "]" * 5000 + "}")
+        path.write_text(text)
+    with pytest.raises(CorruptLogError) as info:
+        snap = DeltaTable(str(root)).snapshot()
+        snap.schema  # noqa: B018
+    assert_names(info.value, root, version=version, file=path)
+    assert_cli_refuses(root, capsys)
+
+
+def test_in_commit_timestamp_that_is_not_a_number(tmp_path, capsys):
+    root = make_table(tmp_path)
+    path = edit_commit(root, 0, lambda actions: action(actions, "metaData")["configuration"].update(
+        {"delta.enableInCommitTimestamps": "true", "delta.inCommitTimestampEnablementVersion": "2"}))
+    path = edit_commit(root, 2, lambda actions: action(actions, "commitInfo").update(inCommitTimestamp="soon"))
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=2, file=path, also=("inCommitTimestamp",))
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).commits(2)
+    assert_names(info.value, root, version=2, file=path, also=("inCommitTimestamp",))
+    assert_cli_refuses(root, capsys)
+
+
+def test_sidecar_without_path(copy_fixture, capsys):
+    root = copy_fixture("v2-checkpoints-json-with-sidecars")
+    path = sorted((root / "_delta_log").glob("*.checkpoint.*.json"))[-1]
+    version = int(path.name.split(".")[0])
+    actions = read_actions(path)
+    sidecar = next(a for a in actions if "sidecar" in a)
+    del sidecar["sidecar"]["path"]
+    write_actions(path, actions)
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=version, file=path, also=("sidecar", "path"))
+    assert_cli_refuses(root, capsys)

@@ -7,7 +7,7 @@ actions (protocol, metaData, txn, domainMetadata, commitInfo, ...) are parsed as
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -118,10 +118,27 @@ def partition_columns_of(other: Sequence[tuple[int, str, dict[str, Any]]]) -> li
             try:
                 columns = Metadata.from_action(body).physical_partition_columns
             except (KeyError, ValueError, TypeError):
-                return None  # replay reports the broken metaData action with its file
+                # Unknown columns: the reader infers them. Only the metaData in force must be valid (replay
+                # checks it); an earlier one may be incomplete (Delta Live Tables writes one without schema).
+                return None
             names = names or []
             names.extend(c for c in columns if c not in names)
     return names
+
+
+def check_one_protocol_and_metadata(
+    other: Iterable[tuple[int, str, dict[str, Any]]], table: str, file_of: Callable[[int], str]
+) -> None:
+    """Refuse a version (commit or checkpoint) with more than one protocol or metaData action: the protocol
+    allows at most one of each, and which one would be in force is undefined. ``file_of(version)`` names the
+    file for the message."""
+    seen: set[tuple[int, str]] = set()
+    for version, name, _ in other:
+        if name == "protocol" or name == "metaData":
+            if (version, name) in seen:
+                raise CorruptLogError(f"two {name} actions in one version; the protocol allows at most one",
+                                      table=table, version=version, file=file_of(version))
+            seen.add((version, name))
 
 
 @dataclass
@@ -374,7 +391,7 @@ def _parse_other_action(
         ((name, body),) = action.items()
         if not isinstance(body, dict):
             raise ValueError(f"the {name!r} action is not an object")
-    except (ValueError, AttributeError) as exc:
+    except (ValueError, AttributeError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
         raise CorruptLogError(f"line {line_no} is not a valid action: {str(exc)[:160]}",
                               table=table, version=version, file=storage.uri(entry.key)) from exc
     return name, body
@@ -384,7 +401,7 @@ def _is_complete_json(line: bytes) -> bool:
     try:
         json.loads(line)
         return True
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -799,7 +816,7 @@ def _other_actions(data: pa.Table, version: int) -> list[tuple[int, str, dict[st
         col = data.column(kind)
         col = col.filter(col.is_valid())
         for row in col.to_pylist():
-            other.append((version, kind, _plain(row)))
+            other.append((version, kind, _plain(row, col.type)))
     return other
 
 
@@ -811,14 +828,17 @@ def checkpoint_table_to_actions(data: pa.Table, version: int) -> ActionBatch:
     return ActionBatch(_concat_file_actions(pieces), _other_actions(data, version))
 
 
-def _plain(value: Any) -> Any:
-    """Checkpoint rows as the JSON form of the action: maps as dicts, no null fields."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        if value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
-            return {k: v for k, v in value}
-        return [_plain(x) for x in value]
+def _plain(value: Any, typ: pa.DataType) -> Any:
+    """A checkpoint value (from to_pylist) in the JSON form of the action: maps as dicts (empty ones too),
+    structs without their null fields."""
+    if value is None:
+        return None
+    if pa.types.is_struct(typ):
+        return {f.name: _plain(value[f.name], f.type) for f in typ if value.get(f.name) is not None}
+    if pa.types.is_map(typ):
+        return {k: _plain(v, typ.item_type) for k, v in value}
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return [_plain(v, typ.value_type) for v in value]
     return value
 
 

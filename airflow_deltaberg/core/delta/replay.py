@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import posixpath
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -16,13 +17,14 @@ import pyarrow.compute as pc
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.actions import (
     ActionBatch,
+    check_one_protocol_and_metadata,
     iter_checkpoint_stats,
     partition_columns_of,
     read_json_actions,
     read_parquet_checkpoint_part,
 )
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
-from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
+from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -97,7 +99,7 @@ def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> tuple[
     if sidecars:
         parts = [batch]
         for body in sidecars:
-            entry = _sidecar_entry(body)
+            entry = _sidecar_entry(storage, table, segment, body)
             part = read_parquet_checkpoint_part(storage, table, cp.version, entry, sidecar=True)
             sources.append((entry, _count_adds(part), True))
             parts.append(part)
@@ -109,10 +111,17 @@ def _count_adds(batch: ActionBatch) -> int:
     return int(pc.sum(batch.file_actions.column("is_add")).as_py() or 0)
 
 
-def _sidecar_entry(body: dict[str, Any]) -> FileEntry:
+def _sidecar_entry(storage: Storage, table: str, segment: LogSegment, body: dict[str, Any]) -> FileEntry:
+    path, size, mtime = body.get("path"), body.get("sizeInBytes") or 0, body.get("modificationTime") or 0
+    if not isinstance(path, str) or not path or not is_int(size) or not is_int(mtime):
+        checkpoint = segment.checkpoint
+        assert checkpoint is not None
+        raise CorruptLogError(
+            f"a sidecar action needs a path, and integers for sizeInBytes and modificationTime: {body}"[:300],
+            table=table, version=checkpoint.version, file=storage.uri(checkpoint.files[0].key),
+        )
     # Sidecars always live in _delta_log/_sidecars; writers are encouraged to store only the name.
-    name = posixpath.basename(unquote(body["path"]))
-    return FileEntry(f"{SIDECAR_DIR}/{name}", int(body.get("sizeInBytes") or 0), int(body.get("modificationTime") or 0))
+    return FileEntry(f"{SIDECAR_DIR}/{posixpath.basename(unquote(path))}", size, mtime)
 
 
 def _concat_batches(batches: list[ActionBatch]) -> ActionBatch:
@@ -253,34 +262,51 @@ def _reconcile_other(
 ) -> tuple[
     Protocol | None, Metadata | None, dict[str, Transaction], dict[str, DomainMetadata], dict[str, Any] | None
 ]:
-    protocol: Protocol | None = None
-    metadata: Metadata | None = None
+    check_one_protocol_and_metadata(actions, table, lambda version: _source_file(storage, segment, version))
+    # Only the protocol and metaData in force (the last ones) are read: an earlier one may be incomplete, as
+    # the version-0 metaData without schemaString that Delta Live Tables writes, and Delta readers ignore it.
+    in_force: dict[str, tuple[int, dict[str, Any]]] = {}
     txns: dict[str, Transaction] = {}
     domains: dict[str, DomainMetadata] = {}
     commit_info: dict[str, Any] | None = None
     for version, name, body in actions:
-        try:
-            if name == "protocol":
-                protocol = Protocol.from_action(body)
-            elif name == "metaData":
-                metadata = Metadata.from_action(body)
-                names = set(metadata.schema.names)  # parse now, so that a bad schemaString names its file
-                unknown = [c for c in metadata.partition_columns if c not in names]
-                if unknown:
-                    raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the schema")
+        with _naming_the_action(storage, table, segment, version, name):
+            if name == "protocol" or name == "metaData":
+                in_force[name] = (version, body)
             elif name == "txn":
-                txns[body["appId"]] = Transaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
+                txn = Transaction.from_action(body)
+                txns[txn.app_id] = txn
             elif name == "domainMetadata":
-                if body.get("removed"):
-                    domains.pop(body["domain"], None)
+                domain = DomainMetadata.from_action(body)
+                if domain.removed:
+                    domains.pop(domain.domain, None)
                 else:
-                    domains[body["domain"]] = DomainMetadata(body["domain"], body.get("configuration", ""), False)
+                    domains[domain.domain] = domain
             elif name == "commitInfo" and version == segment.version:
                 commit_info = body
-        except (KeyError, ValueError, TypeError) as exc:
-            detail = f"lacks the field {exc.args[0]!r}" if isinstance(exc, KeyError) else f"is invalid: {exc}"
-            raise CorruptLogError(
-                f"the {name} action {detail}", table=table, version=version,
-                file=_source_file(storage, segment, version),
-            ) from exc
+    protocol = metadata = None
+    if "protocol" in in_force:
+        version, body = in_force["protocol"]
+        with _naming_the_action(storage, table, segment, version, "protocol"):
+            protocol = Protocol.from_action(body)
+    if "metaData" in in_force:
+        version, body = in_force["metaData"]
+        with _naming_the_action(storage, table, segment, version, "metaData"):
+            metadata = Metadata.from_action(body)
+            names = set(metadata.schema.names)  # parse now, so that a bad schemaString names its file
+            unknown = [c for c in metadata.partition_columns if c not in names]
+            if unknown:
+                raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the schema")
     return protocol, metadata, txns, domains, commit_info
+
+
+@contextmanager
+def _naming_the_action(storage: Storage, table: str, segment: LogSegment, version: int, name: str) -> Iterator[None]:
+    """Turn a malformed action (KeyError, ValueError, TypeError) into a CorruptLogError naming its file."""
+    try:
+        yield
+    except (KeyError, ValueError, TypeError) as exc:
+        detail = f"lacks the field {exc.args[0]!r}" if isinstance(exc, KeyError) else f"is invalid: {exc}"
+        raise CorruptLogError(
+            f"the {name} action {detail}", table=table, version=version, file=_source_file(storage, segment, version),
+        ) from exc
