@@ -4,8 +4,10 @@ read exactly what they read.
 
 Covered: two protocol/metaData actions in one version (commit or checkpoint), for snapshots and for commit
 ranges; log compactions that disagree with their commits (ignored); a superseded metaData without
-schemaString (Databricks Delta Live Tables); schemas nested too deep, invalid decimals and malformed fields;
-protocol, metaData, txn, domainMetadata, sidecar and commitInfo fields of the wrong type.
+schemaString (Databricks Delta Live Tables); add/remove without path, add without size, partial deletion
+vectors; checkpoints without an add column or without file actions; schemas nested too deep, invalid
+decimals and malformed fields; protocol, metaData, txn, domainMetadata, sidecar and commitInfo fields of the
+wrong type.
 """
 
 from __future__ import annotations
@@ -298,6 +300,160 @@ def test_superseded_metadata_that_is_garbage_does_not_break_the_partition_hint(t
     assert our_paths(root) == expected  # deltalake 1.6.6 refuses the table: it parses every metaData
     files = DeltaTable(str(root)).snapshot().files
     assert sorted(pv[0][1] for pv in files.column("partitionValues").to_pylist()) == ["a", "a", "a", "b", "b", "b"]
+
+
+# -- add and remove actions without their required fields ------------------------------------------------------
+
+
+def _drop_path(actions: list[dict[str, Any]]) -> None:
+    del action(actions, "add")["path"]
+
+
+def _null_path(actions: list[dict[str, Any]]) -> None:
+    action(actions, "add")["path"] = None
+
+
+def _remove_without_path(actions: list[dict[str, Any]]) -> None:
+    actions.append({"remove": {"deletionTimestamp": 1, "dataChange": True}})
+
+
+def _drop_size(actions: list[dict[str, Any]]) -> None:
+    del action(actions, "add")["size"]
+
+
+def _null_partition_values(actions: list[dict[str, Any]]) -> None:
+    action(actions, "add")["partitionValues"] = None
+
+
+def _partial_deletion_vector(actions: list[dict[str, Any]]) -> None:
+    action(actions, "add")["deletionVector"] = {"storageType": "u", "sizeInBytes": 1, "cardinality": 1}
+
+
+def _nested_tag(actions: list[dict[str, Any]]) -> None:
+    action(actions, "add")["tags"] = {"a": {"b": 1}}
+
+
+def _nested_partition_value(actions: list[dict[str, Any]]) -> None:
+    action(actions, "add")["partitionValues"] = {"p": {"x": 1}}
+
+
+def _number_partition_value(actions: list[dict[str, Any]]) -> None:
+    action(actions, "add")["partitionValues"] = {"p": 5}
+
+
+def _partition_values_not_an_object(actions: list[dict[str, Any]]) -> None:
+    action(actions, "add")["partitionValues"] = "p=a"
+
+
+FILE_ACTION_DEFECTS = {
+    "add-without-path": (_drop_path, "path"),
+    "add-with-null-path": (_null_path, "path"),
+    "remove-without-path": (_remove_without_path, "path"),
+    "add-without-size": (_drop_size, "size"),
+    "add-with-null-partitionValues": (_null_partition_values, "partitionValues"),
+    "partial-deletion-vector": (_partial_deletion_vector, "pathOrInlineDv"),
+    "tag-value-an-object": (_nested_tag, "line"),
+    "partition-value-an-object": (_nested_partition_value, "line"),
+    "partition-value-a-number": (_number_partition_value, "line"),
+    "partitionValues-not-an-object": (_partition_values_not_an_object, "line"),
+}
+
+
+def _line_of(path: Path, kind: str, index: int = 0) -> int:
+    """1-based line number of the ``index``-th ``kind`` action of a commit."""
+    lines = [n for n, line in enumerate(path.read_text().splitlines(), start=1) if kind in json.loads(line)]
+    return lines[index]
+
+
+@pytest.mark.parametrize("defect", list(FILE_ACTION_DEFECTS), ids=list(FILE_ACTION_DEFECTS))
+def test_file_action_defects_in_a_snapshot(tmp_path, capsys, defect):
+    change, named = FILE_ACTION_DEFECTS[defect]
+    root = make_table(tmp_path)
+    path = edit_commit(root, 1, change)
+    kind = "remove" if defect.startswith("remove") else "add"
+
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=1, file=path, also=(named, f"line {_line_of(path, kind)}"))
+    assert our_paths(root, 0) == peer_paths(root, 0)
+    assert_cli_refuses(root, capsys)
+
+
+@pytest.mark.parametrize("defect", list(FILE_ACTION_DEFECTS), ids=list(FILE_ACTION_DEFECTS))
+def test_file_action_defects_in_a_commit_range(tmp_path, capsys, defect):
+    """A commit range is read without knowing the partition columns (no metaData in it): the same errors."""
+    change, named = FILE_ACTION_DEFECTS[defect]
+    root = make_table(tmp_path)
+    convert_first(root, 1, capsys)
+    path = edit_commit(root, 2, change)
+    kind = "remove" if defect.startswith("remove") else "add"
+
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).commits(2)
+    assert_names(info.value, root, version=2, file=path, also=(named, f"line {_line_of(path, kind)}"))
+    assert_cli_refuses(root, capsys)
+
+
+def test_add_without_path_in_a_parquet_checkpoint(copy_fixture, capsys):
+    root = copy_fixture("app-txn-checkpoint")
+    path = root / "_delta_log" / "00000000000000000001.checkpoint.parquet"
+    checkpoint = pq.read_table(path)
+    add = checkpoint.column("add").combine_chunks()
+    paths = add.field("path").to_pylist()
+    row = next(i for i, p in enumerate(paths) if p is not None)
+    paths[row] = None
+    fields = [pa.array(paths, pa.string()) if f.name == "path" else add.field(f.name) for f in add.type]
+    add = pa.StructArray.from_arrays(fields, fields=list(add.type), mask=add.is_null())
+    pq.write_table(checkpoint.set_column(checkpoint.schema.get_field_index("add"), "add", add), path)
+
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=1, file=path, also=("path",))
+    assert_cli_refuses(root, capsys)
+
+
+def test_file_actions_written_with_blanks(tmp_path):
+    """'{ "add": ...}' is an add too (it used to be taken for an unknown action and dropped)."""
+    root = make_table(tmp_path)
+    expected = peer_paths(root)
+    path = log_file(root, 1)
+    path.write_text("".join(line.replace('{"add":', '{ "add" :', 1) + "\n" for line in path.read_text().splitlines()))
+    assert path.read_text().count('{ "add" :') == 2
+    assert our_paths(root) == expected == peer_paths(root)
+    assert our_paths(root, 1) == peer_paths(root, 1)
+    assert len(DeltaTable(str(root)).commits(1, 1).actions.file_actions) == 2
+
+
+# -- checkpoints without add actions -----------------------------------------------------------------------------
+
+
+def test_checkpoint_of_an_empty_table_then_appends(tmp_path, capsys):
+    """A checkpoint with no file actions (an empty table) followed by commits: used to raise IndexError."""
+    root = tmp_path / "t"
+    deltalake.DeltaTable.create(str(root), schema=pa.schema([("id", pa.int64()), ("p", pa.string())]),
+                                partition_by=["p"])
+    deltalake.DeltaTable(str(root)).create_checkpoint()
+    write_deltalake(str(root), rows([1, 2], ["a", "b"]), mode="append")
+    write_deltalake(str(root), rows([3], ["a"]), mode="overwrite", predicate="p = 'a'")
+    assert (root / "_delta_log" / f"{0:020d}.checkpoint.parquet").is_file()
+
+    for version in range(3):
+        assert our_paths(root, version) == peer_paths(root, version), f"v{version}"
+    assert main(["convert", str(root)]) == 0
+    capsys.readouterr()
+    assert converted_rows(root) == peer_rows(root)
+
+
+def test_parquet_checkpoint_without_an_add_column(copy_fixture):
+    """The protocol: "Any missing column should be treated as null". A checkpoint part without the add
+    column lists no live file, as deltalake reads it (used to raise IndexError when commits followed)."""
+    root = copy_fixture("parsed-stats")  # checkpoint at 3 (4 live files), commits 4 and 5 add one file each
+    path = root / "_delta_log" / "00000000000000000003.checkpoint.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["add"]), path)
+
+    ours = our_paths(root)
+    assert ours == peer_paths(root)
+    assert len(ours) == 2
 
 
 # -- schemas ---------------------------------------------------------------------------------------------------

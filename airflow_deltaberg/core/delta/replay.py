@@ -193,8 +193,9 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         else:
             rows = keep if keep is not None else np.arange(all_files.num_rows)
             add_rows = rows[is_add_np]
-            from_cp = add_rows < n_checkpoint_rows
-            add_index = np.where(from_cp, ordinal[np.where(from_cp, add_rows, 0)], -1)
+            from_cp = add_rows < n_checkpoint_rows  # none when the checkpoint has no file actions
+            add_index = np.full(len(add_rows), -1, dtype=np.int64)
+            add_index[from_cp] = ordinal[add_rows[from_cp]]
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
 
 
