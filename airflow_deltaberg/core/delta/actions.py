@@ -1,4 +1,4 @@
-"""Reading actions from commit files, log compactions and checkpoints, columnar.
+"""Reading actions from commit files and checkpoints, columnar.
 
 File actions (add/remove) become one Arrow table with a fixed schema (FILE_ACTIONS_SCHEMA); the few other
 actions (protocol, metaData, txn, domainMetadata, commitInfo, ...) are parsed as Python dicts.
@@ -7,7 +7,8 @@ actions (protocol, metaData, txn, domainMetadata, commitInfo, ...) are parsed as
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -77,18 +78,29 @@ _JSON_LINE_SCHEMA = pa.schema([("add", _JSON_FILE_ACTION), ("remove", _JSON_FILE
 # each of them row by row, which doubled the parse time of a 300k-add commit without stats.
 _COMMON_FIELDS = ("path", "size", "modificationTime", "dataChange", "stats")
 _MAP_FIELDS = ("partitionValues", "tags")
-_TAGS = b'"tags":{"'
+_FILE_KINDS = ("add", "remove")
+_TAGS = b'"tags"'  # a key (in stats strings quotes are escaped); may be followed by blanks
 _MIN_BLOCK_SIZE = 1 << 20  # small blocks keep both reader threads busy on one big commit
 _GROUP_BYTES = 8 << 20  # small commits are parsed together up to about this size
 
 
-def _line_schema(partition_columns: Sequence[str] | None) -> pa.Schema:
-    """The add/remove schema, with partitionValues typed when the partition columns are known."""
-    if partition_columns is None:
+def _line_schema(partition_columns: Sequence[str] | None,
+                 maps: dict[tuple[str, str], list[str]] | None = None) -> pa.Schema:
+    """The add/remove schema, with partitionValues typed when the partition columns are known, and the
+    free-key objects of ``maps`` ((kind, field) -> keys) typed as string values."""
+    if partition_columns is None and not maps:
         return _JSON_LINE_SCHEMA
-    values = pa.struct([(name, pa.string()) for name in partition_columns])
-    action = pa.struct([*_JSON_FILE_ACTION, ("partitionValues", values)])
-    return pa.schema([("add", action), ("remove", action)])
+    out = []
+    for kind in _FILE_KINDS:
+        fields = list(_JSON_FILE_ACTION)
+        for name in _MAP_FIELDS:
+            keys = (maps or {}).get((kind, name))
+            if keys is None and name == "partitionValues" and partition_columns is not None:
+                keys = list(partition_columns)
+            if keys is not None:
+                fields.append(pa.field(name, pa.struct([(k, pa.string()) for k in keys])))
+        out.append((kind, pa.struct(fields)))
+    return pa.schema(out)
 
 
 def _fast_schema(
@@ -118,10 +130,27 @@ def partition_columns_of(other: Sequence[tuple[int, str, dict[str, Any]]]) -> li
             try:
                 columns = Metadata.from_action(body).physical_partition_columns
             except (KeyError, ValueError, TypeError):
-                return None  # replay reports the broken metaData action with its file
+                # Unknown columns: the reader infers them. Only the metaData in force must be valid (replay
+                # checks it); an earlier one may be incomplete (Delta Live Tables writes one without schema).
+                return None
             names = names or []
             names.extend(c for c in columns if c not in names)
     return names
+
+
+def check_one_protocol_and_metadata(
+    other: Iterable[tuple[int, str, dict[str, Any]]], table: str, file_of: Callable[[int], str]
+) -> None:
+    """Refuse a version (commit or checkpoint) with more than one protocol or metaData action: the protocol
+    allows at most one of each, and which one would be in force is undefined. ``file_of(version)`` names the
+    file for the message."""
+    seen: set[tuple[int, str]] = set()
+    for version, name, _ in other:
+        if name == "protocol" or name == "metaData":
+            if (version, name) in seen:
+                raise CorruptLogError(f"two {name} actions in one version; the protocol allows at most one",
+                                      table=table, version=version, file=file_of(version))
+            seen.add((version, name))
 
 
 @dataclass
@@ -139,6 +168,7 @@ def _empty_file_actions() -> pa.Table:
 
 
 _ADD = b'{"add"'
+_SPACED_FILE_ACTION = re.compile(rb'\s*\{\s*"(add|remove)"\s*:')
 _REMOVE = b'{"remove"'
 _PREFIX = len(_REMOVE)
 
@@ -179,14 +209,18 @@ def split_lines(data: bytes) -> SplitLines:
     heads = _line_heads(arr, starts)
     is_add = _starts_with(heads, _ADD)
     is_remove = _starts_with(heads, _REMOVE)
+    other: list[tuple[int, bytes]] = []
+    for row in np.flatnonzero(~(is_add | is_remove)).tolist():
+        line = data[starts[row] : ends[row]]
+        if not line.strip():
+            continue
+        # An add/remove written with blanks ('{ "add": ...') is still a file action.
+        if spaced := _SPACED_FILE_ACTION.match(line):
+            (is_add if spaced.group(1) == b"add" else is_remove)[row] = True
+        else:
+            other.append((row + 1, line))
     is_file = is_add | is_remove
     file_rows = np.flatnonzero(is_file)
-    other_rows = np.flatnonzero(~is_file)
-    other: list[tuple[int, bytes]] = []
-    for row in other_rows.tolist():
-        line = data[starts[row] : ends[row]]
-        if line.strip():
-            other.append((row + 1, line))
     if not file_rows.size:
         return SplitLines(b"", 0, other)
     first, last = int(file_rows[0]), int(file_rows[-1])
@@ -212,7 +246,7 @@ def read_json_actions(
     *,
     partition_columns: Sequence[str] | None = None,
 ) -> ActionBatch:
-    """Actions of NDJSON log files (commits, compactions, JSON checkpoints), in order.
+    """Actions of NDJSON log files (commits, JSON checkpoints), in order.
 
     ``partition_columns`` (physical names) lets the reader type partitionValues instead of inferring
     them; metaData actions inside ``files`` add to it.
@@ -274,28 +308,81 @@ def _parse_file_lines(
     version_col = from_numpy(np.repeat(np.asarray([v for v, _ in group], dtype=np.int64),
                                        [s.n_file_lines for _, s in group]))
     parsed = _fast_parse(payload, n_rows, kinds, partition_columns, read_options)
+    result = None
     if parsed is not None:
         try:
-            return _json_rows_to_file_actions(parsed, version_col)
+            result = _json_rows_to_file_actions(parsed, version_col)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass  # an inferred value does not fit its protocol type: the strict parse names the line
+    if result is None:
+        result = _strict_parse(storage, table, files, payload, n_rows, partition_columns, read_options, version_col)
+    missing = missing_required_field(result)
+    if missing is not None:
+        _raise_bad_line(storage, table, files, ValueError(f"an action without {missing[1]}"))
+    return result
+
+
+def _strict_parse(
+    storage: Storage, table: str, files: Sequence[tuple[int, FileEntry]], payload: bytes | memoryview, n_rows: int,
+    partition_columns: Sequence[str] | None, read_options: pj.ReadOptions, version_col: pa.Array,
+) -> pa.Table:
+    """Every field typed as the protocol says; raises CorruptLogError naming the line that does not fit."""
     # partitionValues stay typed (strings) even when tags force inference: inferred values that look like
-    # dates would come back as timestamps.
+    # dates would come back as timestamps. Free keys whose values were inferred as something else than
+    # strings are typed as strings in a second parse: a value is read as written, or refused.
     infer = partition_columns is None or _TAGS in bytes(payload)
+    maps: dict[tuple[str, str], list[str]] = {}
+    while True:
+        try:
+            parsed = pj.read_json(
+                pa.BufferReader(payload),
+                read_options=read_options,
+                parse_options=pj.ParseOptions(
+                    explicit_schema=_line_schema(partition_columns, maps),
+                    unexpected_field_behavior="infer" if infer else "ignore",
+                ),
+            )
+        except pa.ArrowInvalid as exc:
+            _raise_bad_line(storage, table, files, exc)
+        if parsed.num_rows != n_rows or set(parsed.column_names) != {"add", "remove"}:
+            _raise_bad_line(storage, table, files, ValueError("the add/remove lines do not parse one row each"))
+        retype = _maps_to_retype(parsed) if infer and not maps else {}
+        if not retype:
+            break
+        maps = retype
     try:
-        parsed = pj.read_json(
-            pa.BufferReader(payload),
-            read_options=read_options,
-            parse_options=pj.ParseOptions(
-                explicit_schema=_line_schema(partition_columns),
-                unexpected_field_behavior="infer" if infer else "ignore",
-            ),
-        )
-    except pa.ArrowInvalid as exc:
+        return _json_rows_to_file_actions(parsed, version_col)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         _raise_bad_line(storage, table, files, exc)
-    if parsed.num_rows != n_rows or set(parsed.column_names) != {"add", "remove"}:
-        _raise_bad_line(storage, table, files, ValueError("the add/remove lines do not parse one row each"))
-    return _json_rows_to_file_actions(parsed, version_col)
+
+
+_DV_REQUIRED = ("storageType", "pathOrInlineDv", "sizeInBytes", "cardinality")
+
+
+def missing_required_field(files: pa.Table) -> tuple[int, str] | None:
+    """The first row of a FILE_ACTIONS_SCHEMA table whose action lacks a field the protocol requires (an
+    add: path, size, partitionValues; a remove: path; a deletion vector: all but offset), with that field's
+    name; None when none does. Costs nothing when no value is null (the null counts are known)."""
+    is_add = files.column("is_add")
+    found = []
+
+    def first(mask: pa.ChunkedArray, name: str) -> None:
+        row = pc.index(mask, True).as_py()
+        if row >= 0:
+            found.append((row, name))
+
+    path = files.column("path")
+    if path.null_count:
+        first(path.is_null(), "path")
+    for name in ("size", "partitionValues"):
+        column = files.column(name)
+        if column.null_count:
+            first(pc.and_(is_add, column.is_null()), name)
+    dv = files.column("deletionVector")
+    if dv.null_count < len(dv):
+        for name in _DV_REQUIRED:
+            first(pc.and_(dv.is_valid(), pc.struct_field(dv, name).is_null()), f"deletionVector.{name}")
+    return min(found) if found else None
 
 
 def _fast_parse(
@@ -374,7 +461,7 @@ def _parse_other_action(
         ((name, body),) = action.items()
         if not isinstance(body, dict):
             raise ValueError(f"the {name!r} action is not an object")
-    except (ValueError, AttributeError) as exc:
+    except (ValueError, AttributeError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
         raise CorruptLogError(f"line {line_no} is not a valid action: {str(exc)[:160]}",
                               table=table, version=version, file=storage.uri(entry.key)) from exc
     return name, body
@@ -384,7 +471,7 @@ def _is_complete_json(line: bytes) -> bool:
     try:
         json.loads(line)
         return True
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -396,11 +483,9 @@ def _raise_bad_line(
         lines = [(no, line) for no, line in enumerate(storage.read(entry.key).split(b"\n"), start=1)
                  if line.strip() and _is_file_action_line(line)]
         for line_no, line in lines:
-            try:
-                if not isinstance(json.loads(line), dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as bad:
-                raise CorruptLogError(f"line {line_no} is not valid JSON: {bad}", table=table, version=version,
+            problem = _file_action_problem(line)
+            if problem is not None:
+                raise CorruptLogError(f"line {line_no} {problem}", table=table, version=version,
                                       file=storage.uri(entry.key)) from exc
         if _parses([line for _, line in lines]):
             continue
@@ -421,9 +506,77 @@ def _raise_bad_line(
     raise CorruptLogError(f"file actions do not follow the protocol's schema: {exc}", table=table) from exc
 
 
+# Protocol types of the add/remove fields that are not objects (JSON integers for the int64/int32 fields).
+_FIELD_TYPES: dict[str, tuple[type, str]] = {
+    "path": (str, "a string"), "size": (int, "an integer"), "modificationTime": (int, "an integer"),
+    "dataChange": (bool, "a boolean"), "stats": (str, "a string"), "baseRowId": (int, "an integer"),
+    "defaultRowCommitVersion": (int, "an integer"), "clusteringProvider": (str, "a string"),
+    "deletionTimestamp": (int, "an integer"),
+}
+_DV_FIELD_TYPES: dict[str, tuple[type, str]] = {
+    "storageType": (str, "a string"), "pathOrInlineDv": (str, "a string"), "offset": (int, "an integer"),
+    "sizeInBytes": (int, "an integer"), "cardinality": (int, "an integer"),
+}
+_REQUIRED = {"add": ("path", "size", "partitionValues"), "remove": ("path",)}
+_A = {"add": "an add", "remove": "a remove"}
+
+
+def _file_action_problem(line: bytes) -> str | None:
+    """What is wrong with one add/remove line, as the end of a sentence starting "line N", or None when
+    nothing is found (the error path's line-by-line check; the same rules as the columnar parse)."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        return f"is not valid JSON: {str(exc)[:160]}"
+    if not isinstance(value, dict) or len(value) != 1:
+        return "is not an object holding one action"
+    ((kind, body),) = value.items()
+    if kind not in _A:
+        return f"holds a {kind!r} action where an add or remove action was expected"
+    if not isinstance(body, dict):
+        return f"holds {_A[kind]} action that is not an object"
+    for name in _REQUIRED[kind]:
+        if body.get(name) is None:
+            return f"holds {_A[kind]} action without {name}"
+    problem = _typed_fields_problem(body, _FIELD_TYPES, kind)
+    if problem is not None:
+        return problem
+    for name in _MAP_FIELDS:
+        values = body.get(name)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            return f"has {kind}.{name} {_short(values)}, which is not an object"
+        for key, v in values.items():
+            if v is not None and not isinstance(v, str):
+                return f"has {kind}.{name}.{key} {_short(v)}, which is not a string"
+    dv = body.get("deletionVector")
+    if dv is not None:
+        if not isinstance(dv, dict):
+            return f"has {kind}.deletionVector {_short(dv)}, which is not an object"
+        for name in _DV_REQUIRED:
+            if dv.get(name) is None:
+                return f"holds {_A[kind]} action whose deletionVector lacks {name}"
+        return _typed_fields_problem(dv, _DV_FIELD_TYPES, f"{kind}.deletionVector")
+    return None
+
+
+def _typed_fields_problem(body: dict[str, Any], types: dict[str, tuple[type, str]], prefix: str) -> str | None:
+    for name, (typ, what) in types.items():
+        v = body.get(name)
+        if v is not None and (not isinstance(v, typ) or (typ is int and isinstance(v, bool))):
+            return f"has {prefix}.{name} {_short(v)}, which is not {what}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _is_file_action_line(line: bytes) -> bool:
-    head = line.lstrip()[:12].replace(b" ", b"")
-    return head.startswith(b'{"add"') or head.startswith(b'{"remove"')
+    """Whether split_lines takes ``line`` for an add/remove line."""
+    return line.startswith((_ADD, _REMOVE)) or _SPACED_FILE_ACTION.match(line) is not None
 
 
 def _parses(lines: list[bytes]) -> bool:
@@ -527,7 +680,6 @@ def _choose(is_add: np.ndarray, a: pa.Array, r: pa.Array) -> pa.Array:
     return pa.concat_arrays([a, r]).take(from_numpy(idx))
 
 
-_FILE_KINDS = ("add", "remove")
 _OTHER_KINDS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
 CHECKPOINT_BATCH_ROWS = 131_072
 # Rows of JSON stats parsed at once: their strings (about 1.4 KB each for 20 columns) are held two or three
@@ -608,6 +760,14 @@ def read_parquet_checkpoint_part(
         if file_columns:
             for batch in _sliced_batches(storage, entry, pf, file_groups, file_columns):
                 pieces.extend(_batch_file_actions(batch, version))
+        for piece in pieces:
+            missing = missing_required_field(piece)
+            if missing is not None:
+                row, name = missing
+                kind = "add" if piece.column("is_add")[row].as_py() else "remove"
+                path = piece.column("path")[row].as_py()
+                raise CorruptLogError(f"{_A[kind]} action{'' if path is None else f' of {path}'} has no {name}",
+                                      table=table, version=version, file=storage.uri(entry.key))
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
@@ -799,7 +959,7 @@ def _other_actions(data: pa.Table, version: int) -> list[tuple[int, str, dict[st
         col = data.column(kind)
         col = col.filter(col.is_valid())
         for row in col.to_pylist():
-            other.append((version, kind, _plain(row)))
+            other.append((version, kind, _plain(row, col.type)))
     return other
 
 
@@ -811,14 +971,17 @@ def checkpoint_table_to_actions(data: pa.Table, version: int) -> ActionBatch:
     return ActionBatch(_concat_file_actions(pieces), _other_actions(data, version))
 
 
-def _plain(value: Any) -> Any:
-    """Checkpoint rows as the JSON form of the action: maps as dicts, no null fields."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        if value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
-            return {k: v for k, v in value}
-        return [_plain(x) for x in value]
+def _plain(value: Any, typ: pa.DataType) -> Any:
+    """A checkpoint value (from to_pylist) in the JSON form of the action: maps as dicts (empty ones too),
+    structs without their null fields."""
+    if value is None:
+        return None
+    if pa.types.is_struct(typ):
+        return {f.name: _plain(value[f.name], f.type) for f in typ if value.get(f.name) is not None}
+    if pa.types.is_map(typ):
+        return {k: _plain(v, typ.item_type) for k, v in value}
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return [_plain(v, typ.value_type) for v in value]
     return value
 
 

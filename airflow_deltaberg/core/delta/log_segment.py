@@ -1,5 +1,8 @@
-"""Which files of `_delta_log` make up a given version: the newest usable checkpoint plus the commits
-(or log compactions) after it."""
+"""Which files of `_delta_log` make up a given version: the newest usable checkpoint plus the commits after it.
+
+Log compaction files (`<x>.<y>.compacted.json`) are listed but never part of a segment: the commits they
+cover are always there (a segment needs every commit after its checkpoint), and reading those instead means
+a compaction that disagrees with its commits cannot change the state."""
 
 from __future__ import annotations
 
@@ -106,7 +109,6 @@ class LogSegment:
     version: int
     checkpoint: Checkpoint | None
     commits: tuple[tuple[int, FileEntry], ...]
-    compactions: tuple[Compaction, ...]
     version_commit: FileEntry | None  # the commit file of ``version`` itself, for its timestamp
 
     @property
@@ -141,8 +143,6 @@ def build_log_segment(
     storage: Storage,
     table: str,
     version: int | None = None,
-    *,
-    use_compaction: bool = True,
 ) -> LogSegment:
     """The log segment of ``version`` (latest when None)."""
     hint = read_last_checkpoint(storage, table)
@@ -156,12 +156,10 @@ def build_log_segment(
             listing = None
     if listing is None:
         listing = list_log(storage)
-    return _segment_from_listing(storage, table, listing, version, use_compaction)
+    return _segment_from_listing(storage, table, listing, version)
 
 
-def _segment_from_listing(
-    storage: Storage, table: str, listing: LogListing, version: int | None, use_compaction: bool
-) -> LogSegment:
+def _segment_from_listing(storage: Storage, table: str, listing: LogListing, version: int | None) -> LogSegment:
     latest = listing.latest_version
     if latest is None and listing.incomplete_checkpoints:
         v = max(listing.incomplete_checkpoints)
@@ -191,15 +189,11 @@ def _segment_from_listing(
         if entry is None:
             _raise_missing_commit(storage, table, listing, v, target, checkpoint)
         commits.append((v, entry))
-    compactions: list[Compaction] = []
-    if use_compaction:
-        compactions = _pick_compactions(listing.compactions, start, target)
     return LogSegment(
         table=table,
         version=target,
         checkpoint=checkpoint,
         commits=tuple(commits),
-        compactions=tuple(compactions),
         version_commit=listing.commits.get(target),
     )
 
@@ -240,15 +234,3 @@ def _raise_missing_commit(
         version=missing,
         file=storage.uri(commit_key(missing)),
     )
-
-
-def _pick_compactions(compactions: list[Compaction], start: int, end: int) -> list[Compaction]:
-    """Non-overlapping compactions inside [start, end], the widest first from the left."""
-    picked: list[Compaction] = []
-    cursor = start
-    candidates = sorted((c for c in compactions if c.start >= start and c.end <= end), key=lambda c: (c.start, -c.end))
-    for c in candidates:
-        if c.start >= cursor and c.end > c.start:
-            picked.append(c)
-            cursor = c.end + 1
-    return picked

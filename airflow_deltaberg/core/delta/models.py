@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -29,11 +29,13 @@ class Protocol:
 
     @classmethod
     def from_action(cls, action: Mapping[str, Any]) -> Protocol:
-        rf = action.get("readerFeatures")
-        wf = action.get("writerFeatures")
+        """The protocol of a ``protocol`` action; a ValueError names a field that is missing or of the wrong
+        type."""
+        rf = _optional(action, "readerFeatures", _is_string_list, "a list of strings")
+        wf = _optional(action, "writerFeatures", _is_string_list, "a list of strings")
         return cls(
-            int(action["minReaderVersion"]),
-            int(action["minWriterVersion"]),
+            _required(action, "minReaderVersion", is_int, "an integer"),
+            _required(action, "minWriterVersion", is_int, "an integer"),
             frozenset(rf) if rf is not None else None,
             frozenset(wf) if wf is not None else None,
         )
@@ -89,17 +91,20 @@ class Metadata:
 
     @classmethod
     def from_action(cls, action: Mapping[str, Any]) -> Metadata:
-        fmt = action.get("format") or {}
+        """The metadata of a ``metaData`` action; a ValueError names a field that is missing or of the wrong
+        type. The schema string is parsed when first used (``schema``)."""
+        fmt = _optional(action, "format", _is_dict, "an object") or {}
         return cls(
-            id=action["id"],
-            schema_string=action["schemaString"],
-            partition_columns=tuple(action.get("partitionColumns") or ()),
-            configuration={k: v for k, v in (action.get("configuration") or {}).items()},
-            name=action.get("name"),
-            description=action.get("description"),
-            format_provider=fmt.get("provider", "parquet"),
-            format_options=dict(fmt.get("options") or {}),
-            created_time=action.get("createdTime"),
+            id=_required(action, "id", _is_str, "a string"),
+            schema_string=_required(action, "schemaString", _is_str, "a string"),
+            # Delta on Spark reads a missing list of partition columns as none.
+            partition_columns=tuple(_optional(action, "partitionColumns", _is_string_list, "a list of strings") or ()),
+            configuration=dict(_optional(action, "configuration", _is_string_map, "an object of strings") or {}),
+            name=_optional(action, "name", _is_str, "a string"),
+            description=_optional(action, "description", _is_str, "a string"),
+            format_provider=_optional(fmt, "provider", _is_str, "a string", "format.") or "parquet",
+            format_options=dict(_optional(fmt, "options", _is_string_map, "an object of strings", "format.") or {}),
+            created_time=_optional(action, "createdTime", is_int, "an integer"),
         )
 
     def to_action(self) -> dict[str, Any]:
@@ -135,11 +140,58 @@ class Metadata:
         return str(self.configuration.get(key, "false")).lower() == "true"
 
 
+def is_int(value: Any) -> bool:
+    """A JSON integer (not a boolean, not a float)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_string_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_string_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def _required(action: Mapping[str, Any], key: str, check: Callable[[Any], bool], what: str, prefix: str = "") -> Any:
+    if action.get(key) is None:
+        raise ValueError(f"the field {prefix}{key} is missing")
+    return _optional(action, key, check, what, prefix)
+
+
+def _optional(action: Mapping[str, Any], key: str, check: Callable[[Any], bool], what: str, prefix: str = "") -> Any:
+    value = action.get(key)
+    if value is not None and not check(value):
+        text = repr(value)
+        raise ValueError(f"{prefix}{key} is {text if len(text) <= 80 else text[:77] + '...'}, not {what}")
+    return value
+
+
 @dataclass(frozen=True)
 class DomainMetadata:
     domain: str
     configuration: str
     removed: bool = False
+
+    @classmethod
+    def from_action(cls, action: Mapping[str, Any]) -> DomainMetadata:
+        return cls(
+            _required(action, "domain", _is_str, "a string"),
+            _optional(action, "configuration", _is_str, "a string") or "",
+            bool(_optional(action, "removed", _is_bool, "a boolean")),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,3 +199,11 @@ class Transaction:
     app_id: str
     version: int
     last_updated: int | None = None
+
+    @classmethod
+    def from_action(cls, action: Mapping[str, Any]) -> Transaction:
+        return cls(
+            _required(action, "appId", _is_str, "a string"),
+            _required(action, "version", is_int, "an integer"),
+            _optional(action, "lastUpdated", is_int, "an integer"),
+        )

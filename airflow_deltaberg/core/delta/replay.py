@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import posixpath
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -16,13 +17,14 @@ import pyarrow.compute as pc
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.actions import (
     ActionBatch,
+    check_one_protocol_and_metadata,
     iter_checkpoint_stats,
     partition_columns_of,
     read_json_actions,
     read_parquet_checkpoint_part,
 )
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
-from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
+from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -97,7 +99,7 @@ def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> tuple[
     if sidecars:
         parts = [batch]
         for body in sidecars:
-            entry = _sidecar_entry(body)
+            entry = _sidecar_entry(storage, table, segment, body)
             part = read_parquet_checkpoint_part(storage, table, cp.version, entry, sidecar=True)
             sources.append((entry, _count_adds(part), True))
             parts.append(part)
@@ -109,10 +111,17 @@ def _count_adds(batch: ActionBatch) -> int:
     return int(pc.sum(batch.file_actions.column("is_add")).as_py() or 0)
 
 
-def _sidecar_entry(body: dict[str, Any]) -> FileEntry:
+def _sidecar_entry(storage: Storage, table: str, segment: LogSegment, body: dict[str, Any]) -> FileEntry:
+    path, size, mtime = body.get("path"), body.get("sizeInBytes") or 0, body.get("modificationTime") or 0
+    if not isinstance(path, str) or not path or not is_int(size) or not is_int(mtime):
+        checkpoint = segment.checkpoint
+        assert checkpoint is not None
+        raise CorruptLogError(
+            f"a sidecar action needs a path, and integers for sizeInBytes and modificationTime: {body}"[:300],
+            table=table, version=checkpoint.version, file=storage.uri(checkpoint.files[0].key),
+        )
     # Sidecars always live in _delta_log/_sidecars; writers are encouraged to store only the name.
-    name = posixpath.basename(unquote(body["path"]))
-    return FileEntry(f"{SIDECAR_DIR}/{name}", int(body.get("sizeInBytes") or 0), int(body.get("modificationTime") or 0))
+    return FileEntry(f"{SIDECAR_DIR}/{posixpath.basename(unquote(path))}", size, mtime)
 
 
 def _concat_batches(batches: list[ActionBatch]) -> ActionBatch:
@@ -145,15 +154,10 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         n_checkpoint_rows = files.num_rows
         batches.append(ActionBatch(files, cp_batch.other_actions))
     known = partition_columns_of(batches[0].other_actions) if batches else None
-    for files, is_compaction in _commit_file_runs(segment):
-        batch = read_json_actions(storage, table, files, partition_columns=known)
-        if is_compaction:
-            # Log compactions written by Delta may list a logical file more than once (e.g. a remove and
-            # then the add it cancels); the first occurrence is the reconciled one (delta-kernel-rs
-            # keeps the first as well, and only that matches the replay of the commits themselves).
-            reverse = from_numpy(np.arange(batch.file_actions.num_rows - 1, -1, -1, dtype=np.int64))
-            batch = ActionBatch(batch.file_actions.take(reverse), batch.other_actions)
-        batches.append(batch)
+    # Log compactions are not read: the segment always has every commit they cover, and a compaction that
+    # disagrees with its commits (Delta's own may hold a remove and then the add it cancels) would change the
+    # state, while the commits cost little more to read.
+    batches.append(read_json_actions(storage, table, list(segment.commits), partition_columns=known))
 
     other = [a for b in batches for a in b.other_actions]
     protocol, metadata, txns, domains, commit_info = _reconcile_other(storage, table, other, segment)
@@ -189,33 +193,10 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         else:
             rows = keep if keep is not None else np.arange(all_files.num_rows)
             add_rows = rows[is_add_np]
-            from_cp = add_rows < n_checkpoint_rows
-            add_index = np.where(from_cp, ordinal[np.where(from_cp, add_rows, 0)], -1)
+            from_cp = add_rows < n_checkpoint_rows  # none when the checkpoint has no file actions
+            add_index = np.full(len(add_rows), -1, dtype=np.int64)
+            add_index[from_cp] = ordinal[add_rows[from_cp]]
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
-
-
-def _commit_file_runs(segment: LogSegment) -> list[tuple[list[tuple[int, FileEntry]], bool]]:
-    """Commits of the segment in order, grouped into runs of plain commits, with each log compaction
-    standing alone in place of the commits it covers."""
-    runs: list[tuple[list[tuple[int, FileEntry]], bool]] = []
-    plain: list[tuple[int, FileEntry]] = []
-    compactions = {c.start: c for c in segment.compactions}
-    skip_until = -1
-    for version, entry in segment.commits:
-        if version <= skip_until:
-            continue
-        c = compactions.get(version)
-        if c is None:
-            plain.append((version, entry))
-            continue
-        if plain:
-            runs.append((plain, False))
-            plain = []
-        runs.append(([(c.end, c.file)], True))
-        skip_until = c.end
-    if plain or not runs:
-        runs.append((plain, False))
-    return runs
 
 
 def _newest_per_logical_file(files: pa.Table, n_reconciled: int = 0) -> np.ndarray | None:
@@ -274,9 +255,6 @@ def _source_file(storage: Storage, segment: LogSegment, version: int) -> str:
     """The log file an action of ``version`` was read from, for messages."""
     if segment.checkpoint is not None and version == segment.checkpoint.version:
         return storage.uri(segment.checkpoint.files[0].key)
-    for c in segment.compactions:
-        if c.end == version:
-            return storage.uri(c.file.key)
     return storage.uri(commit_key(version))
 
 
@@ -285,34 +263,51 @@ def _reconcile_other(
 ) -> tuple[
     Protocol | None, Metadata | None, dict[str, Transaction], dict[str, DomainMetadata], dict[str, Any] | None
 ]:
-    protocol: Protocol | None = None
-    metadata: Metadata | None = None
+    check_one_protocol_and_metadata(actions, table, lambda version: _source_file(storage, segment, version))
+    # Only the protocol and metaData in force (the last ones) are read: an earlier one may be incomplete, as
+    # the version-0 metaData without schemaString that Delta Live Tables writes, and Delta readers ignore it.
+    in_force: dict[str, tuple[int, dict[str, Any]]] = {}
     txns: dict[str, Transaction] = {}
     domains: dict[str, DomainMetadata] = {}
     commit_info: dict[str, Any] | None = None
     for version, name, body in actions:
-        try:
-            if name == "protocol":
-                protocol = Protocol.from_action(body)
-            elif name == "metaData":
-                metadata = Metadata.from_action(body)
-                names = set(metadata.schema.names)  # parse now, so that a bad schemaString names its file
-                unknown = [c for c in metadata.partition_columns if c not in names]
-                if unknown:
-                    raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the schema")
+        with _naming_the_action(storage, table, segment, version, name):
+            if name == "protocol" or name == "metaData":
+                in_force[name] = (version, body)
             elif name == "txn":
-                txns[body["appId"]] = Transaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
+                txn = Transaction.from_action(body)
+                txns[txn.app_id] = txn
             elif name == "domainMetadata":
-                if body.get("removed"):
-                    domains.pop(body["domain"], None)
+                domain = DomainMetadata.from_action(body)
+                if domain.removed:
+                    domains.pop(domain.domain, None)
                 else:
-                    domains[body["domain"]] = DomainMetadata(body["domain"], body.get("configuration", ""), False)
+                    domains[domain.domain] = domain
             elif name == "commitInfo" and version == segment.version:
                 commit_info = body
-        except (KeyError, ValueError, TypeError) as exc:
-            detail = f"lacks the field {exc.args[0]!r}" if isinstance(exc, KeyError) else f"is invalid: {exc}"
-            raise CorruptLogError(
-                f"the {name} action {detail}", table=table, version=version,
-                file=_source_file(storage, segment, version),
-            ) from exc
+    protocol = metadata = None
+    if "protocol" in in_force:
+        version, body = in_force["protocol"]
+        with _naming_the_action(storage, table, segment, version, "protocol"):
+            protocol = Protocol.from_action(body)
+    if "metaData" in in_force:
+        version, body = in_force["metaData"]
+        with _naming_the_action(storage, table, segment, version, "metaData"):
+            metadata = Metadata.from_action(body)
+            names = set(metadata.schema.names)  # parse now, so that a bad schemaString names its file
+            unknown = [c for c in metadata.partition_columns if c not in names]
+            if unknown:
+                raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the schema")
     return protocol, metadata, txns, domains, commit_info
+
+
+@contextmanager
+def _naming_the_action(storage: Storage, table: str, segment: LogSegment, version: int, name: str) -> Iterator[None]:
+    """Turn a malformed action (KeyError, ValueError, TypeError) into a CorruptLogError naming its file."""
+    try:
+        yield
+    except (KeyError, ValueError, TypeError) as exc:
+        detail = f"lacks the field {exc.args[0]!r}" if isinstance(exc, KeyError) else f"is invalid: {exc}"
+        raise CorruptLogError(
+            f"the {name} action {detail}", table=table, version=version, file=_source_file(storage, segment, version),
+        ) from exc

@@ -186,41 +186,78 @@ def _walk_type(t: DataType, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, 
         yield from _walk_type(t.value_type, (*path, "value"))
 
 
-def parse_type(value: Any) -> DataType:
-    """Parse one type from its JSON form (a string for primitives, an object for nested types)."""
+# The deepest nesting of struct/array/map types read (the table's struct is level 1). Real schemas stay far
+# below it (BigQuery, for one, allows 15). The code that walks a schema (here, the Iceberg conversion, pyiceberg
+# and pydantic) recurses once or more per level: a schema nested thousands deep ends in a RecursionError, and
+# pyiceberg 0.12 already fails to read back the metadata of a table whose structs nest about 60 deep.
+MAX_TYPE_DEPTH = 32
+MAX_DECIMAL_PRECISION = 38
+
+
+def parse_type(value: Any, depth: int = 1) -> DataType:
+    """Parse one type from its JSON form (a string for primitives, an object for nested types); ``depth`` is
+    the nesting level of ``value`` if it is a nested type."""
     if isinstance(value, str):
-        if value in PRIMITIVE_TYPES or _DECIMAL.match(value) or value == "decimal" or _GEO.match(value):
+        if value in PRIMITIVE_TYPES or value == "decimal" or _GEO.match(value):
+            return PrimitiveType(value)
+        if match := _DECIMAL.match(value):
+            _check_decimal(value, int(match.group(1)), int(match.group(2)))
             return PrimitiveType(value)
         raise SchemaError(f"unknown Delta type {value!r}")
     if not isinstance(value, dict):
-        raise SchemaError(f"a type must be a string or an object, got {value!r}")
+        raise SchemaError(f"a type must be a string or an object, got {_short(value)}")
     kind = value.get("type")
+    if kind in ("struct", "array", "map") and depth > MAX_TYPE_DEPTH:
+        raise SchemaError(f"types are nested more than {MAX_TYPE_DEPTH} levels deep")
     try:
         if kind == "struct":
-            for f in value["fields"]:
-                _check_field_metadata(f)
-            return StructType(
-                tuple(
-                    StructField(
-                        name=f["name"],
-                        type=parse_type(f["type"]),
-                        nullable=bool(f.get("nullable", True)),
-                        metadata=dict(f.get("metadata") or {}),
-                    )
-                    for f in value["fields"]
-                )
-            )
+            fields = value["fields"]
+            if not isinstance(fields, list):
+                raise SchemaError(f"the fields of a struct must be a list, got {_short(fields)}")
+            return StructType(tuple(_parse_field(f, depth + 1) for f in fields))
         if kind == "array":
-            return ArrayType(parse_type(value["elementType"]), bool(value.get("containsNull", True)))
+            return ArrayType(parse_type(value["elementType"], depth + 1),
+                             _flag(value, "containsNull", "an array type"))
         if kind == "map":
             return MapType(
-                parse_type(value["keyType"]),
-                parse_type(value["valueType"]),
-                bool(value.get("valueContainsNull", True)),
+                parse_type(value["keyType"], depth + 1),
+                parse_type(value["valueType"], depth + 1),
+                _flag(value, "valueContainsNull", "a map type"),
             )
     except KeyError as exc:
         raise SchemaError(f"a {kind} type lacks the field {exc.args[0]!r}") from exc
-    raise SchemaError(f"unknown Delta type {kind!r}")
+    raise SchemaError(f"unknown Delta type {_short(kind)}")
+
+
+def _check_decimal(name: str, precision: int, scale: int) -> None:
+    # Delta (as Spark) allows precision 1..38 and a scale from 0 up to the precision.
+    if not 1 <= precision <= MAX_DECIMAL_PRECISION or not 0 <= scale <= precision:
+        raise SchemaError(f"invalid type {name}: a decimal has a precision of 1 to {MAX_DECIMAL_PRECISION} and a "
+                          "scale of 0 up to its precision")
+
+
+def _parse_field(f: Any, depth: int) -> StructField:
+    if not isinstance(f, dict):
+        raise SchemaError(f"a struct field must be an object, got {_short(f)}")
+    name = f.get("name")
+    if not isinstance(name, str):
+        raise SchemaError(f"a struct field name must be a string, got {_short(name)}")
+    _check_field_metadata(f)
+    return StructField(name=name, type=parse_type(f["type"], depth), nullable=_flag(f, "nullable", f"field {name!r}"),
+                       metadata=dict(f.get("metadata") or {}))
+
+
+def _flag(value: dict[str, Any], key: str, what: str) -> bool:
+    """An optional boolean of a schema object (true when absent)."""
+    flag = value.get(key, True)
+    if not isinstance(flag, bool):
+        raise SchemaError(f"{key} of {what} must be a boolean, got {_short(flag)}")
+    return flag
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_field_metadata(f: dict[str, Any]) -> None:
@@ -230,6 +267,11 @@ def _check_field_metadata(f: dict[str, Any]) -> None:
     cid = metadata.get(COLUMN_MAPPING_ID)
     if cid is not None and (isinstance(cid, bool) or not isinstance(cid, int)):
         raise SchemaError(f"field {f.get('name')!r} has a non-integer {COLUMN_MAPPING_ID}: {cid!r}")
+    physical = metadata.get(COLUMN_MAPPING_PHYSICAL_NAME)
+    if physical is not None and not isinstance(physical, str):
+        raise SchemaError(
+            f"field {f.get('name')!r} has a non-string {COLUMN_MAPPING_PHYSICAL_NAME}: {_short(physical)}"
+        )
     for key in NESTED_IDS_KEYS:
         ids = metadata.get(key)
         if ids is not None and not (
@@ -240,10 +282,14 @@ def _check_field_metadata(f: dict[str, Any]) -> None:
 
 def parse_schema(schema_string: str) -> StructType:
     """Parse a metaData ``schemaString``."""
+    if not isinstance(schema_string, str):
+        raise SchemaError(f"schemaString must be a string, got {_short(schema_string)}")
     try:
         value = json.loads(schema_string)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"schemaString is not JSON: {exc}") from exc
+    except RecursionError as exc:  # the JSON parser recurses once per nested array or object
+        raise SchemaError(f"types are nested more than {MAX_TYPE_DEPTH} levels deep") from exc
     schema = parse_type(value)
     if not isinstance(schema, StructType):
         raise SchemaError("the table schema must be a struct")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_deltaberg.core.delta.actions import ActionBatch, read_json_actions
+from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata, read_json_actions
 from airflow_deltaberg.core.delta.log_segment import (
     LogListing,
     LogSegment,
@@ -16,7 +16,7 @@ from airflow_deltaberg.core.delta.log_segment import (
     commit_key,
     list_log,
 )
-from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.models import Metadata, is_int
 from airflow_deltaberg.core.delta.replay import replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
@@ -37,9 +37,28 @@ class CommitRange:
     end: int
     actions: ActionBatch
     timestamps: dict[int, int]
+    table: str = ""
+    files: Mapping[int, str] = field(default_factory=dict)  # version -> commit file, for messages
 
     def commit_infos(self) -> dict[int, dict[str, Any]]:
         return {v: body for v, name, body in self.actions.other_actions if name == "commitInfo"}
+
+    def metadata_changes(self) -> dict[int, Metadata]:
+        """The metaData of each commit of the range that sets one. Raises CorruptLogError (naming the version
+        and file) for one that is malformed or incomplete; such a metaData may still be superseded later
+        (Delta Live Tables writes one without schemaString at version 0), but that version itself cannot be
+        read."""
+        out = {}
+        for version, name, body in self.actions.other_actions:
+            if name == "metaData":
+                try:
+                    metadata = Metadata.from_action(body)
+                    metadata.schema  # noqa: B018 - parsed here, so that a bad schemaString names its commit
+                except ValueError as exc:
+                    raise CorruptLogError(f"the metaData action is invalid: {exc}", table=self.table,
+                                          version=version, file=self.files.get(version)) from exc
+                out[version] = metadata
+        return out
 
 
 class DeltaTable:
@@ -62,14 +81,13 @@ class DeltaTable:
         """The newest committed version (lists the log from `_last_checkpoint` on when present)."""
         return build_log_segment(self.storage, self.location).version
 
-    def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None,
-                 use_compaction: bool = True) -> Snapshot:
+    def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
         """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest."""
         if timestamp_ms is not None:
             if version is not None:
                 raise ValueError("give a version or a timestamp, not both")
             version = self.version_at(timestamp_ms)
-        segment = build_log_segment(self.storage, self.location, version, use_compaction=use_compaction)
+        segment = build_log_segment(self.storage, self.location, version)
         state = replay(self.storage, self.location, segment)
         self._check_readable(state.protocol, segment)
         timestamp = self._commit_timestamp(segment, state.metadata, state.commit_info)
@@ -95,7 +113,7 @@ class DeltaTable:
         ict = _ict_enablement(metadata)
         if ict is not None and segment.version >= ict:
             if commit_info is not None and "inCommitTimestamp" in commit_info:
-                return int(commit_info["inCommitTimestamp"])
+                return self._in_commit_timestamp(segment.version, commit_info)
             if segment.version_commit is not None:
                 return self._read_ict(segment.version, segment.version_commit)
         if segment.version_commit is not None:
@@ -106,12 +124,21 @@ class DeltaTable:
         first = self.storage.read(entry.key).split(b"\n", 1)[0]
         try:
             info = json.loads(first)["commitInfo"]
-            return int(info["inCommitTimestamp"])
-        except (ValueError, KeyError, TypeError) as exc:
+            if "inCommitTimestamp" not in info:
+                raise KeyError("inCommitTimestamp")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CorruptLogError(
                 "in-commit timestamps are enabled but the first action is not a commitInfo with "
                 "inCommitTimestamp", table=self.location, version=version, file=self.storage.uri(entry.key),
             ) from exc
+        return self._in_commit_timestamp(version, info)
+
+    def _in_commit_timestamp(self, version: int, commit_info: Mapping[str, Any]) -> int:
+        value = commit_info["inCommitTimestamp"]
+        if not is_int(value):
+            raise CorruptLogError(f"the commitInfo's inCommitTimestamp {value!r} is not an integer"[:200],
+                                  table=self.location, version=version, file=self.storage.uri(commit_key(version)))
+        return value
 
     def commit_timestamps(self) -> dict[int, int]:
         """The commit timestamp (ms) of every commit still in the log, made monotonic as Delta does."""
@@ -181,15 +208,18 @@ class DeltaTable:
                 )
             files.append((version, entry))
         batch = read_json_actions(self.storage, self.location, files)
+        check_one_protocol_and_metadata(batch.other_actions, self.location,
+                                        lambda version: self.storage.uri(commit_key(version)))
         timestamps = {}
         infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
         for version, entry in files:
             info = infos.get(version) or {}
             if "inCommitTimestamp" in info:
-                timestamps[version] = int(info["inCommitTimestamp"])
+                timestamps[version] = self._in_commit_timestamp(version, info)
             else:
                 timestamps[version] = entry.mtime_ms
-        return CommitRange(start, end, batch, timestamps)
+        return CommitRange(start, end, batch, timestamps, self.location,
+                           {version: self.storage.uri(entry.key) for version, entry in files})
 
 
 def _ict_enablement(metadata: Metadata) -> int | None:
