@@ -24,7 +24,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
-from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.errors import CorruptLogError, UnsupportedFeatureError
 from airflow_deltaberg.core.iceberg.conversion_state import read_state
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.publish import VERSION_HINT, ConcurrentConversionError
@@ -117,9 +117,9 @@ def add_commits(path: Path) -> None:
     write_deltalake(str(path), _batch(16, 3), mode="append", partition_by=["label"])
 
 
-def commit_raw(path: Path, actions: list[dict[str, Any]]) -> int:
-    """Append a hand-written commit to the Delta log; returns its version."""
-    version = deltalake.DeltaTable(str(path)).version() + 1
+def commit_raw(path: Path, actions: list[dict[str, Any]], version: int | None = None) -> int:
+    """Append a hand-written commit to the Delta log (as ``version``, by default the next); returns its version."""
+    version = deltalake.DeltaTable(str(path)).version() + 1 if version is None else version
     lines = [{"commitInfo": {"timestamp": 1_800_000_000_000 + version, "operation": "TEST"}}, *actions]
     (path / "_delta_log" / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in lines))
     return version
@@ -237,6 +237,46 @@ def test_stats_that_are_not_json_after_a_conversion_write_nothing(full: bool, tm
     assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
     assert catalog_rows(tmp_path) == before_rows
     assert hint_rows(path) == before_rows
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
+@pytest.mark.parametrize("protocol", [
+    {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["catalogManaged"],
+     "writerFeatures": ["catalogManaged"]},
+    {"minReaderVersion": 4, "minWriterVersion": 7},
+], ids=["unknown-reader-feature", "reader-version-4"])
+def test_a_commit_raising_the_protocol_beyond_this_reader_writes_nothing(full: bool, protocol: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """A commit after a conversion that needs a reader this engine is not: refused by the incremental path too (it
+    read on as if nothing had changed), and nothing is written."""
+    path = tmp_path / "table"
+    make_table(path)
+    first = run_convert(path, tmp_path)
+    before, before_rows = metadata_files(path), delta_rows(path)
+    version = commit_raw(path, [{"protocol": protocol}])
+    with pytest.raises(UnsupportedFeatureError) as info:
+        run_convert(path, tmp_path, full=full)
+    assert f"version {version}" in str(info.value) and str(path) in str(info.value)
+    assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
+    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    assert catalog_rows(tmp_path) == before_rows
+
+
+def test_an_unreadable_version_in_between_converts_the_latest_in_full(tmp_path: Path) -> None:
+    """A metaData without schemaString that the next commit replaces (Delta Live Tables writes such commits): that
+    version cannot be read on its own, so the run converts the latest version in full instead of one snapshot per
+    commit."""
+    path = tmp_path / "table"
+    make_table(path)
+    run_convert(path, tmp_path)
+    write_deltalake(str(path), _batch(12, 3), mode="append", partition_by=["label"])
+    complete = current_metadata_action(path)
+    incomplete = {k: v for k, v in complete.items() if k != "schemaString"}
+    commit_raw(path, [{"metaData": incomplete}])
+    latest = commit_raw(path, [{"metaData": complete}], version=4)  # deltalake cannot read this log any more
+    result = run_convert(path, tmp_path)
+    assert (result.mode, result.delta_version) == ("full", latest)
+    assert catalog_rows(tmp_path) == rows_of(pa.concat_tables([_batch(0, 12), _batch(12, 3)]))
 
 
 # ------------------------------------------------------------------------------------------------- crashes

@@ -16,7 +16,7 @@ from airflow_deltaberg.core.delta.log_segment import (
     commit_key,
     list_log,
 )
-from airflow_deltaberg.core.delta.models import Metadata, is_int
+from airflow_deltaberg.core.delta.models import Metadata, Protocol, is_int
 from airflow_deltaberg.core.delta.replay import replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
@@ -89,23 +89,9 @@ class DeltaTable:
             version = self.version_at(timestamp_ms)
         segment = build_log_segment(self.storage, self.location, version)
         state = replay(self.storage, self.location, segment)
-        self._check_readable(state.protocol, segment)
+        check_readable(state.protocol, self.location, segment.version)
         timestamp = self._commit_timestamp(segment, state.metadata, state.commit_info)
         return Snapshot(self.location, segment.version, timestamp, segment, state)
-
-    def _check_readable(self, protocol: Any, segment: LogSegment) -> None:
-        if protocol.min_reader_version > MAX_READER_VERSION:
-            raise UnsupportedFeatureError(
-                f"reader version {protocol.min_reader_version} is newer than this project supports "
-                f"({MAX_READER_VERSION})", table=self.location, version=segment.version,
-            )
-        unsupported = sorted(protocol.effective_reader_features - SUPPORTED_READER_FEATURES)
-        if unsupported:
-            raise UnsupportedFeatureError(
-                f"unsupported reader feature(s) {', '.join(unsupported)}; upgrade airflow-deltaberg "
-                "or read the table with an engine that implements them",
-                table=self.location, version=segment.version,
-            )
 
     # -- timestamps -------------------------------------------------------------------------------
 
@@ -210,6 +196,15 @@ class DeltaTable:
         batch = read_json_actions(self.storage, self.location, files)
         check_one_protocol_and_metadata(batch.other_actions, self.location,
                                         lambda version: self.storage.uri(commit_key(version)))
+        for version, name, body in batch.other_actions:
+            if name == "protocol":
+                # A commit may raise the protocol to one this engine cannot read: its actions would be misread.
+                try:
+                    protocol = Protocol.from_action(body)
+                except ValueError as exc:
+                    raise CorruptLogError(f"the protocol action is invalid: {exc}", table=self.location,
+                                          version=version, file=self.storage.uri(commit_key(version))) from exc
+                check_readable(protocol, self.location, version)
         timestamps = {}
         infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
         for version, entry in files:
@@ -220,6 +215,21 @@ class DeltaTable:
                 timestamps[version] = entry.mtime_ms
         return CommitRange(start, end, batch, timestamps, self.location,
                            {version: self.storage.uri(entry.key) for version, entry in files})
+
+
+def check_readable(protocol: Protocol, table: str, version: int) -> None:
+    """Raise UnsupportedFeatureError when ``protocol`` needs a reader version or feature this engine lacks."""
+    if protocol.min_reader_version > MAX_READER_VERSION:
+        raise UnsupportedFeatureError(
+            f"reader version {protocol.min_reader_version} is newer than this project supports "
+            f"({MAX_READER_VERSION})", table=table, version=version,
+        )
+    unsupported = sorted(protocol.effective_reader_features - SUPPORTED_READER_FEATURES)
+    if unsupported:
+        raise UnsupportedFeatureError(
+            f"unsupported reader feature(s) {', '.join(unsupported)}; upgrade airflow-deltaberg "
+            "or read the table with an engine that implements them", table=table, version=version,
+        )
 
 
 def _ict_enablement(metadata: Metadata) -> int | None:

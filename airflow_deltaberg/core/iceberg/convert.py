@@ -390,11 +390,16 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         raise _FallBackToFull(f"the commits after version {start - 1} are gone ({exc})") from exc
     actions = commit_range.actions
     metadata = Metadata.from_action(tip.state.delta_metadata)
-    metadata_by_version = {v: body for v, name, body in actions.other_actions if name == "metaData"}
+    try:
+        metadata_by_version = commit_range.metadata_changes()
+    except CorruptLogError as exc:
+        # A version in between whose metaData a later commit replaces cannot be read (nor converted on its own);
+        # the target version still can be, in full.
+        raise _FallBackToFull(f"a version after {start - 1} cannot be read on its own ({exc})") from exc
     files_added = files_removed = written = 0
     for version in range(start, target_version + 1):
         if version in metadata_by_version:
-            new_metadata = Metadata.from_action(metadata_by_version[version])
+            new_metadata = metadata_by_version[version]
             reason = None
             if new_metadata.partition_columns != metadata.partition_columns or new_metadata.id != metadata.id:
                 reason = f"version {version} changes the partitioning or replaces the table"
