@@ -136,6 +136,8 @@ def _convert(args: argparse.Namespace) -> int:
               f"({result.snapshots_written} snapshot(s) written)")
         print(f"metadata: {result.metadata_location}")
         print(f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s")
+        if result.files_outside_table:
+            print(f"files outside the table root: {result.files_outside_table} (see deltaberg validate)")
         if result.snapshots_expired:
             print(f"snapshots expired: {result.snapshots_expired}")
         if result.identifier:

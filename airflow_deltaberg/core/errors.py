@@ -60,6 +60,10 @@ class CorruptLogError(DeltaError):
     """A log file cannot be parsed or breaks the protocol."""
 
 
+class PathOutsideTableError(CorruptLogError):
+    """A relative path in the log (a data file or a deletion vector) resolves outside the table root."""
+
+
 class MissingCheckpointPartError(CorruptLogError):
     """A checkpoint that the snapshot needs lacks a part or a sidecar."""
 

@@ -17,6 +17,7 @@ from airflow_deltaberg.core.delta.log_segment import (
     list_log,
 )
 from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.paths import refuse_paths_outside_table
 from airflow_deltaberg.core.delta.replay import replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
@@ -181,6 +182,7 @@ class DeltaTable:
                 )
             files.append((version, entry))
         batch = read_json_actions(self.storage, self.location, files)
+        refuse_paths_outside_table(batch.file_actions, self.location, lambda v: self.storage.uri(commit_key(v)))
         timestamps = {}
         infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
         for version, entry in files:

@@ -27,6 +27,7 @@ from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
 from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.stats import StatsParseError
 from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
@@ -104,6 +105,7 @@ class ConversionResult:
     identifier: str | None = None
     snapshots_written: int = 0
     snapshots_expired: int = 0
+    files_outside_table: int = 0  # data and DV files of the snapshots written that lie outside the table root
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -362,7 +364,7 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
 
 
 def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
-                        storage_options: Mapping[str, Any] | None = None) -> tuple[_Tip, int, int, int]:
+                        storage_options: Mapping[str, Any] | None = None) -> tuple[_Tip, int, int, int, int]:
     """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; raises
     _FallBackToFull when the commits or the conversion state are not available."""
     if tip.state is None or tip.published is None:
@@ -376,7 +378,7 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
     actions = commit_range.actions
     metadata = Metadata.from_action(tip.state.delta_metadata)
     metadata_by_version = {v: body for v, name, body in actions.other_actions if name == "metaData"}
-    files_added = files_removed = written = 0
+    files_added = files_removed = written = outside = 0
     for version in range(start, target_version + 1):
         if version in metadata_by_version:
             new_metadata = Metadata.from_action(metadata_by_version[version])
@@ -389,6 +391,7 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
+        outside += files_outside_table(adds, table.location).count
         plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options,
                              format_version)
         try:
@@ -399,7 +402,7 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         files_added += added
         files_removed += removed
         written += 1
-    return tip, files_added, files_removed, written
+    return tip, files_added, files_removed, written, outside
 
 
 def _current_state(storage: Storage, published: PublishedMetadata | None) -> ConversionState | None:
@@ -454,7 +457,7 @@ def convert(
         check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
     tip = _Tip(published, _current_state(table.storage, published))
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
-    files_added = files_removed = written = 0
+    files_added = files_removed = written = outside = 0
     if published is not None and converted_version == target and not full and not upgrade:
         mode = "up-to-date"
     else:
@@ -466,13 +469,15 @@ def convert(
                          table.location, published_format, wanted_format)
         else:
             try:
-                tip, files_added, files_removed, written = convert_incremental(table, tip, target, storage_options)
+                tip, files_added, files_removed, written, outside = convert_incremental(table, tip, target,
+                                                                                       storage_options)
             except _FallBackToFull as reason:
                 log.info("%s: full conversion instead of incremental: %s", table.location, reason)
                 mode = "full"
         if mode == "full":
             with large_buffer_pool():
                 snapshot = table.snapshot(target)
+                outside = files_outside_table(snapshot.state.adds, table.location).count
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,
@@ -508,4 +513,5 @@ def convert(
         identifier=identifier,
         snapshots_written=written,
         snapshots_expired=expiry.snapshots_expired,
+        files_outside_table=outside,
     )
