@@ -443,6 +443,7 @@ def convert(
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
+    table.storage.check_folder(METADATA_DIR)  # a file in the way: refused before anything is written
     target = table.latest_version() if version is None else version
     published = latest_metadata(table.storage)
     published_format = published.metadata.format_version if published else None
