@@ -146,9 +146,6 @@ class Redactor:
         text = self._pattern.sub(MASK, text) if self._pattern is not None else text
         return strip_userinfo(text)
 
-    def __bool__(self) -> bool:
-        return self._pattern is not None
-
 
 def redactor_for(location: str | None = None, storage_options: Mapping[Any, Any] | None = None,
                  extra: Iterable[str] = ()) -> Redactor:
