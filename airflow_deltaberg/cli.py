@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from airflow_deltaberg.core.compat.enable import MODES, EnableBlockedError, Enab
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
 from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.redact import Redactor, location_text, redacting_logs, redactor_for, url_secrets
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -87,9 +89,9 @@ def render_text(snapshot: Snapshot) -> str:
 def _inspect(args: argparse.Namespace) -> int:
     snapshot = DeltaTable(args.table, _options(args)).snapshot(args.version)
     if args.format == "json":
-        print(json.dumps(describe(snapshot), indent=2, sort_keys=True))
+        _print(args, json.dumps(describe(snapshot), indent=2, sort_keys=True))
     else:
-        print(render_text(snapshot))
+        _print(args, render_text(snapshot))
     return EXIT_OK
 
 
@@ -102,17 +104,12 @@ def _validate(args: argparse.Namespace) -> int:
         sample_size=args.sample_files,
         storage_options=_options(args),
     )
-    print(report.render(args.format))
+    _print(args, report.render(args.format))
     return EXIT_OK if report.compliant else EXIT_VIOLATIONS
 
 
 def _convert(args: argparse.Namespace) -> int:
-    catalog: dict[str, str] = {}
-    for item in args.catalog_property or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--catalog-property expects KEY=VALUE, got {key!r}")
-        catalog[key] = value
+    catalog = _catalog_properties(args)
     if args.catalog_uri:
         catalog["uri"] = args.catalog_uri
     from airflow_deltaberg.core.iceberg.convert import convert  # pyiceberg: only the convert command pays for it
@@ -130,16 +127,19 @@ def _convert(args: argparse.Namespace) -> int:
         else int(args.max_snapshot_age_hours * 3600 * 1000),
     )
     if args.format == "json":
-        print(json.dumps(result.to_dict(), indent=2))
+        _print(args, json.dumps(result.to_dict(), indent=2))
     else:
-        print(f"{result.mode}: Delta version {result.delta_version} -> Iceberg snapshot {result.snapshot_id} "
-              f"({result.snapshots_written} snapshot(s) written)")
-        print(f"metadata: {result.metadata_location}")
-        print(f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s")
+        lines = [f"{result.mode}: Delta version {result.delta_version} -> Iceberg snapshot {result.snapshot_id} "
+                 f"({result.snapshots_written} snapshot(s) written)",
+                 f"metadata: {result.metadata_location}",
+                 f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s"]
+        if result.files_outside_table:
+            lines.append(f"files outside the table root: {result.files_outside_table} (see deltaberg validate)")
         if result.snapshots_expired:
-            print(f"snapshots expired: {result.snapshots_expired}")
+            lines.append(f"snapshots expired: {result.snapshots_expired}")
         if result.identifier:
-            print(f"registered as {result.identifier}")
+            lines.append(f"registered as {result.identifier}")
+        _print(args, "\n".join(lines))
     return EXIT_OK
 
 
@@ -172,15 +172,15 @@ def _enable(args: argparse.Namespace) -> int:
         result = enable(args.table, storage_options=_options(args), mode=args.mode, dry_run=args.dry_run)
     except EnableBlockedError as exc:
         if args.format == "json":
-            print(json.dumps({"action": "refused", "error": str(exc), "plan": exc.plan.to_dict()}, indent=2))
+            _print(args, json.dumps({"action": "refused", "error": str(exc), "plan": exc.plan.to_dict()}, indent=2))
         else:
-            print(render_enable(EnableResult(exc.plan, "dry-run")).rsplit("\n", 1)[0])
-        print(f"deltaberg enable: refused: {exc}", file=sys.stderr)
+            _print(args, render_enable(EnableResult(exc.plan, "dry-run")).rsplit("\n", 1)[0])
+        _print(args, f"deltaberg enable: refused: {exc}", error=True)
         return EXIT_VIOLATIONS
     if args.format == "json":
-        print(json.dumps(result.to_dict(), indent=2))
+        _print(args, json.dumps(result.to_dict(), indent=2))
     else:
-        print(render_enable(result))
+        _print(args, render_enable(result))
     plan = result.plan
     # A dry run reports 1 when the same command without --dry-run would be refused.
     refused = plan.blockers or (args.mode == "metadata_only" and plan.needs_rewrite)
@@ -188,13 +188,51 @@ def _enable(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
-    options = {}
-    for item in args.storage_option or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--storage-option expects KEY=VALUE, got {key!r}")
-        options[key] = value
-    return options
+    return dict(args.storage_option or [])
+
+
+def _catalog_properties(args: argparse.Namespace) -> dict[str, str]:
+    return dict(getattr(args, "catalog_property", None) or [])
+
+
+def _print(args: argparse.Namespace, text: str, *, error: bool = False) -> None:
+    """Print command output without secrets (storage option values, URL credentials)."""
+    redact: Redactor = getattr(args, "redact", None) or Redactor()
+    print(redact(text), file=sys.stderr if error else sys.stdout)
+
+
+# -- argument types: a bad value is a usage error (exit 2), and its text is never echoed (it may be a secret) --
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """KEY=VALUE, with a non-empty KEY."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError("expects KEY=VALUE with a non-empty KEY (the value given is not shown: "
+                                         "it may be a secret)")
+    return key.strip(), value
+
+
+def at_least_one(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (the current snapshot is always kept), got {value}")
+    return value
+
+
+def hours(text: str) -> float:
+    """A finite number of hours >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number of hours, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of hours >= 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,11 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="catalog identifier, e.g. db.sales (not registered if absent)")
     conv.add_argument("--catalog-uri", default=None,
                       help="SQL catalog URI, e.g. sqlite:///catalog.db (default type sql)")
-    conv.add_argument("--catalog-property", action="append", metavar="KEY=VALUE",
+    conv.add_argument("--catalog-property", action="append", metavar="KEY=VALUE", type=key_value,
                       help="a pyiceberg catalog property (repeatable), e.g. type=rest")
-    conv.add_argument("--retain-snapshots", type=int, default=None, metavar="N",
+    conv.add_argument("--retain-snapshots", type=at_least_one, default=None, metavar="N",
                       help="expire Iceberg snapshots beyond the newest N (only Iceberg metadata files are deleted)")
-    conv.add_argument("--max-snapshot-age-hours", type=float, default=None, metavar="H",
+    conv.add_argument("--max-snapshot-age-hours", type=hours, default=None, metavar="H",
                       help="expire Iceberg snapshots older than H hours (the newest is always kept)")
     conv.add_argument("--format", choices=("text", "json"), default="text")
     conv.set_defaults(run=_convert)
@@ -255,21 +293,32 @@ def build_parser() -> argparse.ArgumentParser:
     en.set_defaults(run=_enable)
 
     for command in (inspect, check, conv, en):
-        command.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+        command.add_argument("--storage-option", action="append", metavar="KEY=VALUE", type=key_value,
                              help="an fsspec storage option (repeatable)")
     return parser
 
 
+def _redactor(args: argparse.Namespace) -> Redactor:
+    """Every secret the command line holds: storage option and catalog property values under secret names, and
+    the credentials of the table location and catalog URI."""
+    catalog = _catalog_properties(args)
+    extra = url_secrets(getattr(args, "catalog_uri", None) or "") + url_secrets(" ".join(catalog.values()))
+    return redactor_for(args.table, {**_options(args), **{f"catalog.{k}": v for k, v in catalog.items()}}, extra)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.run(args)
-    except DeltabergError as exc:
-        print(f"deltaberg {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception as exc:  # noqa: BLE001 - any other failure is still "error", never "violations"
-        print(f"deltaberg {args.command}: unexpected {type(exc).__name__}: {exc} ({args.table})", file=sys.stderr)
-        return EXIT_ERROR
+    args.redact = _redactor(args)
+    with redacting_logs(args.redact):
+        try:
+            return args.run(args)
+        except DeltabergError as exc:
+            _print(args, f"deltaberg {args.command}: {type(exc).__name__}: {exc}", error=True)
+            return EXIT_ERROR
+        except Exception as exc:  # noqa: BLE001 - any other failure is still "error", never "violations"
+            _print(args, f"deltaberg {args.command}: unexpected {type(exc).__name__}: {exc} "
+                         f"({location_text(args.table)})", error=True)
+            return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_deltaberg.core.redact import location_text, strip_userinfo
+
 
 class DeltabergError(Exception):
     """Base of every error raised by airflow_deltaberg.core."""
@@ -37,15 +39,16 @@ class DeltaError(DeltabergError):
     """A problem with a Delta table or its log."""
 
     def __init__(self, message: str, *, table: str, version: int | None = None, file: str | None = None):
-        self.table = table
+        # A location is shown without the credentials of its URL (core.redact).
+        self.table = location_text(table)
         self.version = version
-        self.file = file
-        where = [f"table {table}"]
+        self.file = location_text(file) if file is not None else None
+        where = [f"table {self.table}"]
         if version is not None:
             where.append(f"version {version}")
-        if file is not None:
-            where.append(f"file {file}")
-        super().__init__(f"{message} ({', '.join(where)})")
+        if self.file is not None:
+            where.append(f"file {self.file}")
+        super().__init__(strip_userinfo(f"{message} ({', '.join(where)})"))
 
 
 class NotADeltaTableError(DeltaError):
@@ -58,6 +61,10 @@ class VersionNotFoundError(DeltaError):
 
 class CorruptLogError(DeltaError):
     """A log file cannot be parsed or breaks the protocol."""
+
+
+class PathOutsideTableError(CorruptLogError):
+    """A relative path in the log (a data file or a deletion vector) resolves outside the table root."""
 
 
 class MissingCheckpointPartError(CorruptLogError):

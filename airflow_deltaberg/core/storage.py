@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import os
+import re
+import socket
 import sys
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from airflow_deltaberg.core.errors import FileAlreadyExistsError, StorageConfigError, StorageError
+from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError, StorageConfigError, StorageError
+from airflow_deltaberg.core.redact import Redactor, location_secrets, location_text, redactor_for
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,11 @@ class Storage(ABC):
         fs, base = self.arrow_filesystem()
         return fs, f"{base.rstrip('/')}/{key}"
 
+    def check_folder(self, key: str) -> None:
+        """Raise StorageConfigError when a file sits where the folder ``key`` (or one above it) must be, so that
+        nothing can be written below it. Object stores have no folders: nothing to check there."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.root!r})"
 
@@ -90,15 +99,42 @@ def _key_name(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
+def _local_error(exc: OSError, doing: str) -> StorageError:
+    """A typed error for a failed local file operation (``doing``: what failed, naming the file).
+
+    Retryable like any unreadable storage (a permission or a link can be fixed while a sensor waits); only a file
+    where a folder must be is a configuration error (see check_folder).
+    """
+    if isinstance(exc, (FileExistsError, NotADirectoryError)) and exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return StorageConfigError(f"{doing}: a file is where a folder must be ({exc.strerror or exc})")
+    return StorageError(f"{doing}: {exc.strerror or exc}")
+
+
 class LocalStorage(Storage):
     """Storage on a local or mounted POSIX filesystem."""
 
     def __init__(self, root: str):
         path = root[len("file://") :] if root.startswith("file://") else root
         super().__init__(os.path.abspath(path))
+        try:
+            os.stat(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # no table there (yet): the callers say what that means
+        except OSError as exc:  # a symbolic link loop, a folder this process may not enter, ...
+            raise _local_error(exc, f"{self.root}: the table location cannot be used") from exc
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/")) if key else self.root
+
+    def check_folder(self, key: str) -> None:
+        path = self.root
+        for part in key.strip("/").split("/"):
+            path = os.path.join(path, part)
+            if not os.path.lexists(path):
+                return
+            if not os.path.isdir(path):
+                raise StorageConfigError(f"{path} is not a folder, so nothing can be written below it (table "
+                                         f"{self.root}); move it away")
 
     def list_from(self, directory: str, start_after: str | None = None) -> list[FileEntry]:
         prefix = f"{directory.strip('/')}/" if directory.strip("/") else ""
@@ -115,7 +151,7 @@ class LocalStorage(Storage):
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
-            raise StorageError(f"cannot list {self._path(directory)}: {exc}") from exc
+            raise _local_error(exc, f"cannot list {self._path(directory)}") from exc
         entries.sort(key=lambda e: e.key)
         return entries
 
@@ -126,19 +162,28 @@ class LocalStorage(Storage):
         except (NotADirectoryError, IsADirectoryError) as exc:
             # A file where a directory is expected (or the reverse) means the key does not exist.
             raise FileNotFoundError(self._path(key)) from exc
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _local_error(exc, f"cannot read {self._path(key)}") from exc
 
     def _write_temp(self, key: str, data: bytes) -> str:
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        except OSError as exc:  # a file where a folder must be, no permission, ...
+            raise _local_error(exc, f"cannot create the folder of {path}") from exc
         tmp = os.path.join(os.path.dirname(path), f".{_key_name(key)}.{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise _local_error(exc, f"cannot write {path}") from exc
             raise
         return tmp
 
@@ -150,6 +195,8 @@ class LocalStorage(Storage):
             os.link(tmp, self._path(key))
         except FileExistsError as exc:
             raise FileAlreadyExistsError(f"{self.uri(key)} already exists") from exc
+        except OSError as exc:
+            raise _local_error(exc, f"cannot write {self._path(key)}") from exc
         finally:
             os.unlink(tmp)
 
@@ -157,9 +204,9 @@ class LocalStorage(Storage):
         tmp = self._write_temp(key, data)
         try:
             os.replace(tmp, self._path(key))
-        except OSError:
+        except OSError as exc:
             os.unlink(tmp)
-            raise
+            raise _local_error(exc, f"cannot write {self._path(key)}") from exc
 
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
@@ -169,6 +216,8 @@ class LocalStorage(Storage):
             os.unlink(self._path(key))
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            raise _local_error(exc, f"cannot delete {self._path(key)}") from exc
 
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), self.root
@@ -295,18 +344,99 @@ def _native_lister(fs: Any) -> _Lister | None:
     return None
 
 
+def _is_a(exc: BaseException, module: str, *names: str) -> bool:
+    """Whether ``exc`` is an instance of one of the classes ``names`` of a ``module`` package (by the names in its
+    class hierarchy: the client packages are optional and never imported here)."""
+    return any(c.__name__ in names and c.__module__.startswith(module) for c in type(exc).__mro__)
+
+
+_UNKNOWN_OPTION = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def _unreachable(exc: BaseException) -> bool:
+    return (
+        _is_a(exc, "botocore", "EndpointConnectionError", "ConnectTimeoutError", "ProxyConnectionError")
+        or _is_a(exc, "aiohttp", "ClientConnectionError", "ServerTimeoutError")
+        or _is_a(exc, "requests", "ConnectionError", "Timeout")
+        or _is_a(exc, "fsspec", "FSTimeoutError")
+        or isinstance(exc, (ConnectionError, TimeoutError))
+    )
+
+
+def _no_credentials(exc: BaseException) -> bool:
+    return (
+        _is_a(exc, "botocore", "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+        or _is_a(exc, "google.auth", "DefaultCredentialsError", "RefreshError")
+        or _is_a(exc, "azure.core", "ClientAuthenticationError")
+    )
+
+
+def storage_error(exc: BaseException, doing: str, *, location: str, endpoint: str | None,
+                  redact: Callable[[str], str]) -> StorageError | None:
+    """The typed error for an exception a storage client raised while ``doing`` (e.g. "read s3://b/t/x"), or None
+    when it is not a storage failure (a programming error, to surface as it is). Messages are redacted."""
+    reason = redact(f"{type(exc).__name__}: {exc}")
+    option = _UNKNOWN_OPTION.search(str(exc)) if isinstance(exc, TypeError) else None
+    if option is not None:
+        # The option's name only: its value may be a secret.
+        return StorageConfigError(f"{location_text(location)}: unknown storage option {option.group(1)!r} for "
+                                  f"{urlsplit(location).scheme}://")
+    if isinstance(exc, TypeError):
+        return None
+    if _no_credentials(exc):
+        return StorageConfigError(f"no credentials to {doing} were found or accepted ({reason}); give them as "
+                                  "storage options, or in the store's usual environment")
+    if _unreachable(exc):
+        where = redact(endpoint) if endpoint else f"of {urlsplit(location).scheme}://"
+        return StorageError(f"cannot reach the storage endpoint {where} to {doing} ({reason})")
+    if isinstance(exc, PermissionError):
+        return StorageError(f"permission denied to {doing} ({reason})")
+    if _is_a(exc, "botocore", "ParamValidationError"):
+        return StorageConfigError(f"cannot {doing}: {reason}")
+    if isinstance(exc, OSError) or _is_a(exc, "botocore", "BotoCoreError") or _is_a(exc, "gcsfs", "HttpError"):
+        return StorageError(f"cannot {doing}: {reason}")
+    return None
+
+
+def _shown_cause(exc: BaseException, redact: Callable[[str], str]) -> BaseException | None:
+    """``exc`` as the cause of a typed error, or None when it (or an exception it chains) holds a secret."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if redact(str(seen)) != str(seen):
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return exc
+
+
 class FsspecStorage(Storage):
     """Storage over any fsspec filesystem (memory, s3, gcs, abfs, ...)."""
 
     # In-process guard for stores without a conditional put of their own (memory://).
     _local_lock = threading.Lock()
 
-    def __init__(self, root: str, fs: Any, root_path: str):
+    def __init__(self, root: str, fs: Any, root_path: str, *, endpoint: str | None = None,
+                 redactor: Redactor | None = None):
         super().__init__(root)
         self.fs = fs
         self.root_path = root_path.rstrip("/")
         # Object stores that can start a listing after a key list only the tail of `_delta_log`.
         self._lister = _native_lister(fs)
+        self.endpoint = endpoint
+        self.redact: Callable[[str], str] = redactor or Redactor()
+
+    @contextlib.contextmanager
+    def _typed_errors(self, action: str, key: str) -> Iterator[None]:
+        """Client failures as typed StorageErrors naming the file, without secrets."""
+        try:
+            yield
+        except (FileNotFoundError, DeltabergError):
+            raise
+        except Exception as exc:
+            error = storage_error(exc, f"{action} {self.uri(key)}", location=self.root, endpoint=self.endpoint,
+                                  redact=self.redact)
+            if error is None:
+                raise
+            raise error from _shown_cause(exc, self.redact)
 
     def _path(self, key: str) -> str:
         return f"{self.root_path}/{key}" if key else self.root_path
@@ -317,11 +447,10 @@ class FsspecStorage(Storage):
         path = self._path(directory)
         lister = self._lister if self._lister is not None else self._list_generic
         try:
-            listed = lister(self.fs, path, start_after)
+            with self._typed_errors("list", directory):
+                listed = lister(self.fs, path, start_after)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        except OSError as exc:
-            raise StorageError(f"cannot list {self.uri(directory)}: {exc}") from exc
         entries = [FileEntry(prefix + name, size, mtime_ms) for name, size, mtime_ms in listed]
         entries.sort(key=lambda e: e.key)
         return entries
@@ -345,14 +474,14 @@ class FsspecStorage(Storage):
         return listed
 
     def read(self, key: str) -> bytes:
-        try:
+        with self._typed_errors("read", key):
             return self.fs.cat_file(self._path(key))
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise StorageError(f"cannot read {self.uri(key)}: {exc}") from exc
 
     def write_if_absent(self, key: str, data: bytes) -> None:
+        with self._typed_errors("write", key):
+            self._write_if_absent(key, data)
+
+    def _write_if_absent(self, key: str, data: bytes) -> None:
         path = self._path(key)
         if self.fs.protocol in ("memory",) or "memory" in self.fs.protocol:
             with self._local_lock:
@@ -375,14 +504,17 @@ class FsspecStorage(Storage):
 
     def replace(self, key: str, data: bytes) -> None:
         # A single PUT is atomic on object stores: readers see the old or the new object.
-        self.fs.pipe_file(self._path(key), data)
+        with self._typed_errors("write", key):
+            self.fs.pipe_file(self._path(key), data)
 
     def exists(self, key: str) -> bool:
-        return bool(self.fs.isfile(self._path(key)))
+        with self._typed_errors("look for", key):
+            return bool(self.fs.isfile(self._path(key)))
 
     def delete(self, key: str) -> None:
         try:
-            self.fs.rm_file(self._path(key))
+            with self._typed_errors("delete", key):
+                self.fs.rm_file(self._path(key))
         except FileNotFoundError:
             pass
 
@@ -390,19 +522,86 @@ class FsspecStorage(Storage):
         return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs)), self.root_path
 
 
+#: s3 client settings a user's ``config_kwargs`` override: a short connect timeout, and few retries, so that a
+#: store that cannot be reached fails within seconds (botocore's default retries took 9-14 s on a closed port).
+S3_CONFIG_DEFAULTS: dict[str, Any] = {"connect_timeout": 5, "retries": {"mode": "standard", "max_attempts": 2}}
+#: How long to wait for an explicit gcs endpoint to accept a connection (see _check_reachable).
+ENDPOINT_CONNECT_TIMEOUT = 5.0
+_S3_SCHEMES = ("s3", "s3a", "s3n")
+_GCS_SCHEMES = ("gs", "gcs")
+# Values of gcsfs's token that name a way to find credentials, not a token.
+_GCS_TOKEN_METHODS = ("google_default", "cache", "cloud", "anon", "browser", "token")
+
+
+def _client_options(scheme: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage options given to the fsspec filesystem: the user's, over this project's defaults."""
+    out = dict(options)
+    if scheme in _S3_SCHEMES:
+        out["config_kwargs"] = {**S3_CONFIG_DEFAULTS, **dict(out.get("config_kwargs") or {})}
+    elif scheme in _GCS_SCHEMES:
+        token = out.get("token")
+        if (out.get("endpoint_url") and isinstance(token, str) and token not in _GCS_TOKEN_METHODS
+                and not os.path.exists(token)):
+            # gcsfs checks a raw access token at Google's public tokeninfo URL (the token in its query string)
+            # before it uses it: never right for a token of another endpoint (an emulator, a private one).
+            from google.oauth2.credentials import Credentials
+
+            out["token"] = Credentials(token)
+    return out
+
+
+def _check_reachable(endpoint: str, location: str) -> None:
+    """Raise StorageError when an explicit gcs endpoint refuses connections: gcsfs retries each request six
+    times with a fixed backoff (~30 s) and that count cannot be configured."""
+    parts = urlsplit(endpoint)
+    if not parts.hostname:
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname, port), timeout=ENDPOINT_CONNECT_TIMEOUT).close()
+    except (OSError, ValueError) as exc:
+        raise StorageError(f"cannot reach the storage endpoint {location_text(endpoint)} of "
+                           f"{location_text(location)}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
 def open_storage(location: str, storage_options: Mapping[str, Any] | None = None) -> Storage:
-    """Open a Storage rooted at ``location`` (plain path, file://, memory://, s3://, gs://, abfss://...)."""
+    """Open a Storage rooted at ``location`` (plain path, file://, memory://, s3://, gs://, abfss://...).
+
+    Credentials belong in ``storage_options``: a location URL with credentials is refused (they would show in
+    messages and be written into the Iceberg metadata). Errors of the storage clients become StorageErrors whose
+    messages hold no value of a secret option (see core.redact).
+    """
     scheme = urlsplit(location).scheme
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         return LocalStorage(location)
+    if location_secrets(location):
+        raise StorageConfigError(f"{location_text(location)}: credentials in the location URL are not supported; "
+                                 "give them as storage options")
+    options = dict(storage_options or {})
+    redactor = redactor_for(location, options)
+    endpoint = options.get("endpoint_url") if isinstance(options.get("endpoint_url"), str) else None
     try:
         import fsspec
     except ImportError as exc:  # pragma: no cover - fsspec is a dependency
         raise StorageConfigError(f"{location}: fsspec is needed for {scheme}:// locations") from exc
+    extra = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "abfs", "abfss": "abfs"}
+    hint = f" (install airflow-deltaberg[{extra[scheme]}])" if scheme in extra else ""
     try:
-        fs, root_path = fsspec.core.url_to_fs(location, **dict(storage_options or {}))
+        known = fsspec.get_filesystem_class(scheme)
     except (ImportError, ValueError) as exc:
-        extra = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "abfs", "abfss": "abfs"}
-        hint = f" (install airflow-deltaberg[{extra[scheme]}])" if scheme in extra else ""
-        raise StorageConfigError(f"{location}: no filesystem for {scheme}://{hint}: {exc}") from exc
-    return FsspecStorage(location, fs, root_path)
+        raise StorageConfigError(redactor(f"{location}: no filesystem for {scheme}://{hint}: {exc}")) from None
+    if endpoint and scheme in _GCS_SCHEMES:
+        _check_reachable(endpoint, location)
+    try:
+        fs, root_path = fsspec.core.url_to_fs(location, **_client_options(scheme, options))
+    except ImportError as exc:
+        raise StorageConfigError(redactor(f"{location}: no filesystem for {scheme}://{hint}: {exc}")) from None
+    except Exception as exc:
+        error = storage_error(exc, f"open {location}", location=location, endpoint=endpoint, redact=redactor)
+        if error is None:
+            if not isinstance(exc, ValueError):
+                raise
+            error = StorageConfigError(redactor(f"{location}: the {known.__name__} storage options do not work: "
+                                                f"{type(exc).__name__}: {exc}"))
+        raise error from _shown_cause(exc, redactor)
+    return FsspecStorage(location, fs, root_path, endpoint=endpoint, redactor=redactor)

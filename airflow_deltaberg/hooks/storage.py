@@ -24,6 +24,10 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseHook
 
 from airflow_deltaberg.core.delta import DeltaTable
+from airflow_deltaberg.core.redact import MASK, SECRET_MARKERS, is_secret_key
+
+# One rule for what is a secret: the core library's (core.redact), which also redacts its messages.
+__all__ = ["MASK", "SECRET_MARKERS", "DeltaStorageHook", "StorageOptions", "is_secret_key"]
 
 _mask_secret: Callable[[Any], None] | None
 try:
@@ -33,15 +37,6 @@ except ImportError:  # pragma: no cover - Airflow 3.0/3.1
         from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask_secret
     except ImportError:
         _mask_secret = None
-
-SECRET_MARKERS = ("secret", "key", "token", "password", "credential", "connection_string")
-MASK = "***"
-
-
-def is_secret_key(key: object) -> bool:
-    """Whether an option name holds a secret (compared case-insensitively)."""
-    lowered = str(key).lower()
-    return any(marker in lowered for marker in SECRET_MARKERS)
 
 
 def _masked(value: Any) -> Any:

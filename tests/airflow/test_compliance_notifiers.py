@@ -15,7 +15,7 @@ import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_deltaberg.core.compat import validate
+from airflow_deltaberg.core.compat import Level, rules_for, validate
 from airflow_deltaberg.notifications import ComplianceEmailNotifier, ComplianceWebhookNotifier
 from airflow_deltaberg.operators import ComplianceViolationError, DeltaValidateOperator
 
@@ -64,7 +64,7 @@ def test_email_on_failure_lists_the_failing_rules(
     ]
     assert message["Subject"] == (
         f"[deltaberg] {dag_id}.validate: NOT COMPLIANT: {plain_table} at version 0, level writer-compat-v1 "
-        f"(31 rules, {len(plain_failed_rules)} errors, 0 warnings)"
+        f"({len(rules_for(Level.WRITER_COMPAT_V1, False))} rules, {len(plain_failed_rules)} errors, 0 warnings)"
     )
     body, attachments = parts(message)
     for rule_id in plain_failed_rules:

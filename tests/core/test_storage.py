@@ -331,7 +331,7 @@ def test_replace_is_atomic_for_concurrent_readers(tmp_path: Path) -> None:
 def test_replace_failure_cleans_up(tmp_path: Path) -> None:
     storage = open_storage(str(tmp_path / "table"))
     os.makedirs(tmp_path / "table" / "adir" / "inner")
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError, match="adir"):  # typed, naming the file (it was a bare OSError)
         storage.replace("adir", b"cannot replace a non-empty directory")
     assert not [p for p in os.listdir(tmp_path / "table") if p.endswith(".tmp")]
 

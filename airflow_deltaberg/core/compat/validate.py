@@ -8,13 +8,14 @@ from typing import Any
 from airflow_deltaberg.core.compat.data_rules import DATA_RULES, sample_paths
 from airflow_deltaberg.core.compat.feature_rules import FEATURE_RULES
 from airflow_deltaberg.core.compat.model import CheckContext, Level, Rule, Violation
+from airflow_deltaberg.core.compat.path_rules import PATH_RULES
 from airflow_deltaberg.core.compat.protocol_rules import PROTOCOL_RULES
 from airflow_deltaberg.core.compat.report import ComplianceReport
 from airflow_deltaberg.core.compat.schema_rules import SCHEMA_RULES
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.errors import DeltabergError, StorageError
 
-RULES: tuple[Rule, ...] = (*PROTOCOL_RULES, *SCHEMA_RULES, *FEATURE_RULES, *DATA_RULES)
+RULES: tuple[Rule, ...] = (*PROTOCOL_RULES, *SCHEMA_RULES, *FEATURE_RULES, *PATH_RULES, *DATA_RULES)
 RULES_BY_ID = {rule.id: rule for rule in RULES}
 assert len(RULES_BY_ID) == len(RULES), "rule ids must be unique"
 

@@ -16,13 +16,20 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
+from airflow_deltaberg.core.delta.paths import (
+    DV_UUID_CHARS,
+    is_absolute,
+    is_outside_root,
+    relative_dv_prefix,
+    resolve_relative,
+)
 from airflow_deltaberg.core.delta.roaring import RoaringFormatError, decode_roaring_bitmap_array
 from airflow_deltaberg.core.delta.z85 import z85_decode, z85_uuid
-from airflow_deltaberg.core.errors import CorruptLogError, StorageError
+from airflow_deltaberg.core.errors import CorruptLogError, PathOutsideTableError, StorageError
 from airflow_deltaberg.core.storage import Storage, open_storage
 
 FILE_FORMAT_VERSION = 1
-UUID_CHARS = 20
+UUID_CHARS = DV_UUID_CHARS
 STORAGE_TYPES = ("u", "i", "p")
 
 
@@ -34,10 +41,14 @@ def unique_id(descriptor: Mapping[str, Any]) -> str:
 
 
 def relative_dv_key(path_or_inline_dv: str) -> str:
-    """The key below the table root of a ``u`` DV: ``[<prefix>/]deletion_vector_<uuid>.bin``."""
+    """The key below the table root of a ``u`` DV: ``[<prefix>/]deletion_vector_<uuid>.bin``.
+
+    Raises ValueError when the prefix leaves the table root or the uuid is not Z85.
+    """
     prefix, encoded = path_or_inline_dv[:-UUID_CHARS], path_or_inline_dv[-UUID_CHARS:]
     name = f"deletion_vector_{z85_uuid(encoded)}.bin"
-    return f"{prefix}/{name}" if prefix else name
+    folder = relative_dv_prefix(prefix).strip("/") if prefix else ""
+    return f"{folder}/{name}" if folder else name
 
 
 def dv_location(table_root: str, descriptor: Mapping[str, Any]) -> str:
@@ -57,17 +68,31 @@ def _open_table(table: Storage | str, storage_options: Mapping[str, Any] | None)
 def _file_of(
     table: Storage, descriptor: Mapping[str, Any], storage_options: Mapping[str, Any] | None
 ) -> tuple[Storage, str]:
-    """The storage and key of an on-disk DV's file."""
-    if descriptor["storageType"] == "u":
-        return table, relative_dv_key(descriptor["pathOrInlineDv"])
-    location = unquote(descriptor["pathOrInlineDv"])  # logged like add paths: a URI
+    """The storage and key of an on-disk DV's file (a relative one: below the table root, or refused)."""
+    kind, value = descriptor["storageType"], descriptor["pathOrInlineDv"]
+    relative = value[:-UUID_CHARS] if kind == "u" else None if is_absolute(value) else value
+    if relative:
+        try:
+            if kind == "u":
+                relative_dv_prefix(relative)
+            else:
+                resolve_relative(relative)
+        except ValueError as exc:
+            raise PathOutsideTableError(f"deletion vector {unique_id(descriptor)!r} resolves outside the table "
+                                        "root", table=table.root) from exc
+    if kind == "u":
+        try:
+            return table, relative_dv_key(value)
+        except ValueError as exc:
+            raise CorruptLogError(f"deletion vector id {value!r} is not Z85: {exc}", table=table.root) from exc
+    if relative is not None:
+        return table, resolve_relative(value)  # not absolute after all: relative to the table, as add paths are
+    location = unquote(value)  # logged like add paths: a URI
     parts = urlsplit(location)
     if parts.scheme == "file":
         location = parts.path
-    elif not parts.scheme and not location.startswith("/"):
-        return table, location  # not absolute after all: relative to the table, as add paths are
     root = table.root.rstrip("/")
-    if location.startswith(f"{root}/"):
+    if location.startswith(f"{root}/") and not is_outside_root(value, table.root):
         return table, location[len(root) + 1 :]
     parent, name = location.rsplit("/", 1)
     return open_storage(parent or "/", storage_options), name
@@ -135,10 +160,9 @@ def _from_file(storage: Storage, key: str, descriptors: list[Mapping[str, Any]],
 
 def _read_dvs(handle: Any, descriptors: list[Mapping[str, Any]], table: Storage, where: str) -> list[np.ndarray]:
     file_size = handle.size()
-    version = _read_at(handle, 0, 1, file_size, table, where)[0]
-    if version != FILE_FORMAT_VERSION:
-        raise CorruptLogError(f"deletion vector file format version {version} is not 1", table=table.root,
-                              file=where)
+    if _read_at(handle, 0, 1, file_size, table, where)[0] != FILE_FORMAT_VERSION:
+        # Never the byte itself: the file may be anything a log names (a p DV is an absolute path).
+        raise CorruptLogError("is not a deletion vector file (bad version byte)", table=table.root, file=where)
     out = []
     for descriptor in descriptors:
         offset, size = descriptor["offset"], descriptor["sizeInBytes"]
@@ -177,11 +201,7 @@ def read_deletion_vectors(
         if descriptor["storageType"] == "i":
             results[i] = _inline(storage, descriptor)
             continue
-        try:
-            file_storage, key = _file_of(storage, descriptor, storage_options)
-        except ValueError as exc:
-            raise CorruptLogError(f"deletion vector id {descriptor['pathOrInlineDv']!r} is not Z85: {exc}",
-                                  table=storage.root) from exc
+        file_storage, key = _file_of(storage, descriptor, storage_options)
         by_file.setdefault(file_storage.uri(key), (file_storage, key, []))[2].append(i)
 
     def read(group: tuple[Storage, str, list[int]]) -> None:

@@ -25,6 +25,7 @@ from airflow_deltaberg.core.delta.actions import (
 )
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
+from airflow_deltaberg.core.delta.paths import refuse_paths_outside_table
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -176,6 +177,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         mask = np.zeros(all_files.num_rows, dtype=bool)
         mask[keep] = True
         all_files = all_files.filter(from_numpy(mask))
+    refuse_paths_outside_table(all_files, table, lambda version: _source_file(storage, segment, version))
     is_add = all_files.column("is_add")
     is_add_np = to_numpy(is_add)
     if is_add_np.all():

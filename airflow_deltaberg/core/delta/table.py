@@ -17,6 +17,7 @@ from airflow_deltaberg.core.delta.log_segment import (
     list_log,
 )
 from airflow_deltaberg.core.delta.models import Metadata, Protocol, is_int
+from airflow_deltaberg.core.delta.paths import refuse_paths_outside_table
 from airflow_deltaberg.core.delta.replay import replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
@@ -205,6 +206,7 @@ class DeltaTable:
                     raise CorruptLogError(f"the protocol action is invalid: {exc}", table=self.location,
                                           version=version, file=self.storage.uri(commit_key(version))) from exc
                 check_readable(protocol, self.location, version)
+        refuse_paths_outside_table(batch.file_actions, self.location, lambda v: self.storage.uri(commit_key(v)))
         timestamps = {}
         infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
         for version, entry in files:

@@ -27,6 +27,7 @@ from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
 from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.stats import StatsParseError
 from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
@@ -104,6 +105,7 @@ class ConversionResult:
     identifier: str | None = None
     snapshots_written: int = 0
     snapshots_expired: int = 0
+    files_outside_table: int = 0  # data and DV files of the snapshots written that lie outside the table root
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -296,9 +298,10 @@ class _Progress:
     """The Iceberg tip after some incremental snapshots, and what they did."""
 
     tip: _Tip
-    files_added: int
-    files_removed: int
-    snapshots_written: int
+    files_added: int = 0
+    files_removed: int = 0
+    snapshots_written: int = 0
+    files_outside_table: int = 0  # data and DV files they added that lie outside the table root
 
 
 def _operation(changes: pa.Array, summary: dict[str, str]) -> Operation:
@@ -377,7 +380,7 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
 
 
 def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
-                        storage_options: Mapping[str, Any] | None = None) -> tuple[_Tip, int, int, int]:
+                        storage_options: Mapping[str, Any] | None = None) -> _Progress:
     """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; raises
     _FallBackToFull when the commits or the conversion state are not available."""
     if tip.state is None or tip.published is None:
@@ -396,7 +399,7 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         # A version in between whose metaData a later commit replaces cannot be read (nor converted on its own);
         # the target version still can be, in full.
         raise _FallBackToFull(f"a version after {start - 1} cannot be read on its own ({exc})") from exc
-    files_added = files_removed = written = 0
+    files_added = files_removed = written = outside = 0
     for version in range(start, target_version + 1):
         if version in metadata_by_version:
             new_metadata = metadata_by_version[version]
@@ -407,11 +410,13 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
                 reason = f"version {version} changes the column mapping mode, and with it the ids of the columns"
             if reason is not None:
                 # The snapshots of the commits before it are published: the full conversion goes on from them.
-                raise _FallBackToFull(reason, _Progress(tip, files_added, files_removed, written) if written else None)
+                raise _FallBackToFull(reason, _Progress(tip, files_added, files_removed, written, outside)
+                                      if written else None)
             metadata = new_metadata
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
+        outside += files_outside_table(adds, table.location).count
         plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options,
                              format_version)
         try:
@@ -422,7 +427,7 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         files_added += added
         files_removed += removed
         written += 1
-    return tip, files_added, files_removed, written
+    return _Progress(tip, files_added, files_removed, written, outside)
 
 
 def _current_state(storage: Storage, published: PublishedMetadata | None) -> ConversionState | None:
@@ -463,6 +468,7 @@ def convert(
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
+    table.storage.check_folder(METADATA_DIR)  # a file in the way: refused before anything is written
     target = table.latest_version() if version is None else version
     published = latest_metadata(table.storage)
     published_format = published.metadata.format_version if published else None
@@ -477,7 +483,7 @@ def convert(
         check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
     tip = _Tip(published, _current_state(table.storage, published))
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
-    files_added = files_removed = written = 0
+    files_added = files_removed = written = outside = 0
     if published is not None and converted_version == target and not full and not upgrade:
         mode = "up-to-date"
     else:
@@ -489,16 +495,18 @@ def convert(
                          table.location, published_format, wanted_format)
         else:
             try:
-                tip, files_added, files_removed, written = convert_incremental(table, tip, target, storage_options)
+                progress = convert_incremental(table, tip, target, storage_options)
+                tip, files_added, files_removed = progress.tip, progress.files_added, progress.files_removed
+                written, outside = progress.snapshots_written, progress.files_outside_table
             except _FallBackToFull as reason:
                 log.info("%s: full conversion instead of incremental: %s", table.location, reason)
                 mode = "full"
                 if reason.progress is not None:
-                    tip = reason.progress.tip
-                    written = reason.progress.snapshots_written
+                    tip, written = reason.progress.tip, reason.progress.snapshots_written
         if mode == "full":
             with large_buffer_pool():
                 snapshot = table.snapshot(target)
+                outside = files_outside_table(snapshot.state.adds, table.location).count
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,
@@ -534,4 +542,5 @@ def convert(
         identifier=identifier,
         snapshots_written=written,
         snapshots_expired=expiry.snapshots_expired,
+        files_outside_table=outside,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 
 from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.paths import is_absolute, resolve_relative, rows_holding
 from airflow_deltaberg.core.delta.snapshot import Snapshot
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import DeltabergError, PathOutsideTableError
 from airflow_deltaberg.core.iceberg.metrics import (
     DEFAULT_STRING_PREFIX,
     STRING_PREFIX_PROPERTY,
@@ -27,19 +28,28 @@ from airflow_deltaberg.core.storage import Storage, open_storage
 
 
 def data_file_locations(storage: Storage, paths: pa.Array) -> pa.Array:
-    """Full locations of data files from their log paths (URI-encoded, relative to the table or absolute)."""
-    # Plain relative paths (the common case) are joined column-wise; only paths with escapes or a scheme
-    # take the per-path route.
-    special = pc.or_(pc.match_substring(paths, "%"), pc.or_(pc.match_substring(paths, ":"),
-                                                             pc.starts_with(paths, "/")))
+    """Full locations of data files from their log paths (URI-encoded, relative to the table or absolute).
+
+    Relative paths are decoded and their dot segments resolved (core.delta.paths); one that leaves the table
+    root raises PathOutsideTableError (snapshot loads refuse those already).
+    """
+    # Plain relative paths (the common case) are joined column-wise; only paths with escapes, dot segments or a
+    # scheme take the per-path route.
+    leading = pc.fill_null(pc.or_(pc.starts_with(paths, "/"), pc.starts_with(paths, ".")), False)
+    rows = np.union1d(rows_holding(paths, ("%", ":", "/.")), np.flatnonzero(np.asarray(leading)))
     joined = pc.binary_join_element_wise(pa.scalar(storage.root), paths, "/")
-    rows = np.flatnonzero(np.asarray(special.fill_null(False)))
     if not len(rows):
         return joined
     fixed = []
     for path in paths.take(pa.array(rows)).to_pylist():
-        decoded = unquote(path)
-        fixed.append(decoded if urlsplit(path).scheme or path.startswith("/") else storage.uri(decoded))
+        if path is None or is_absolute(path):
+            fixed.append(None if path is None else unquote(path))
+            continue
+        try:
+            fixed.append(storage.uri(resolve_relative(path)))
+        except ValueError as exc:
+            raise PathOutsideTableError(f"the data file path {path!r} resolves outside the table root",
+                                        table=storage.root) from exc
     values = np.asarray(joined.to_pylist(), dtype=object)
     values[rows] = fixed
     return pa.array(values, pa.string())
