@@ -130,6 +130,10 @@ def test_strings_cut_as_delta_on_spark_does_cover(tmp_path: Path) -> None:
     long_min, long_max = "a" * 40 + "x", "m" * 40 + "y"
     meta = footer(tmp_path, strings([long_min, long_max]))
     assert check(S, s_stats(long_min[:32], long_max[:32] + "\ufffd"), meta) == []
+    assert check(S, s_stats(long_min[:32], long_max[:32] + "\x7f"), meta) == []  # Delta 4.x's tie-breaker
+    # U+FFFD sorts below a character beyond U+FFFF: Delta's older cut, still not flagged.
+    emoji = "e" * 32 + "\U0001F600"
+    assert check(S, s_stats(long_min[:32], emoji[:32] + "\ufffd"), footer(tmp_path, strings([long_min, emoji]))) == []
     # A writer that cuts the maximum to the prefix length without a tie-breaker.
     assert check(S, s_stats(long_min[:32], long_max[:32]), meta) == []
 

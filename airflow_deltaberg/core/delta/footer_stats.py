@@ -14,11 +14,12 @@ What counts as covering, by Delta's own rules (PROTOCOL.md, "Per-file Statistics
 * minValues must not be above the footer's minimum, maxValues not below its maximum. Timestamps: Delta
   truncates both down to milliseconds, so a maximum equal to the footer's truncated to milliseconds covers.
   Strings: Delta cuts a minimum to a prefix (still not above) and a maximum to a prefix plus a tie-breaker
-  character (U+FFFD); a maximum that is such a cut of the footer's (ends with a tie-breaker, or is at least the
-  table's prefix length) covers. Footer strings of 16 bytes or more may themselves be cut by their writer
-  (parquet-rs: to 64 bytes, the maximum's last character incremented): a Delta value agreeing with such a
-  prefix is not flagged. Floats compare at the column's precision (a float stat printed as ``3.14`` is the
-  float32 3.1400001); NaN and infinite values say nothing. Decimals, dates, integers, booleans compare exactly;
+  character (U+007F; U+FFFD in older versions); a maximum that is such a cut of the footer's (ends with a
+  tie-breaker, or is at least the table's prefix length) covers. Footer strings of 16 bytes or more may
+  themselves be cut by their writer (parquet-rs: to 64 bytes, the maximum's last character incremented): a
+  Delta value agreeing with such a prefix is not flagged. Floats compare at the column's precision (a float
+  stat printed as ``3.14`` is the float32 3.1400001); NaN and infinite values say nothing. Decimals, dates,
+  integers, booleans compare exactly;
 * skipped, never flagged: partition columns (not in the file), columns the footer lacks or cannot compare
   (INT96 timestamps, other physical types), row groups without statistics, and the bounds and null counts of a
   file with a deletion vector (Delta's stats then describe the rows not deleted, the footer all of them; its
@@ -42,8 +43,9 @@ import pyarrow.parquet as pq
 from airflow_deltaberg.core.delta.schema import PrimitiveType, StructField, StructType
 
 FIELD_ID = b"PARQUET:field_id"
-#: Delta's tie-breaker after a cut string maximum (U+FFFD today; U+FFFF and U+10FFFF by other writers).
-TIE_BREAKERS = "\ufffd\uffff\U0010ffff"
+#: Delta's tie-breaker after a cut string maximum: U+007F (Delta on Spark 4.x), U+FFFD (earlier versions); U+FFFF
+#: and U+10FFFF by other writers.
+TIE_BREAKERS = "\x7f\ufffd\uffff\U0010ffff"
 #: Footer strings at least this long (UTF-8 bytes) may have been cut by the parquet writer.
 FOOTER_CUT_BYTES = 16
 DEFAULT_STRING_PREFIX = 32
