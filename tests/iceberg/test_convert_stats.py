@@ -13,12 +13,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltalakeTable
-from deltalake import write_deltalake
+from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
@@ -294,3 +295,31 @@ def test_bounds_that_are_not_an_object_give_no_bounds(bounds: str, tmp_path: Pat
     make_table(path)
     edit_add(path, BAD_VERSION, change_stats(lambda s: s.update({bounds: 5})))
     assert_all_rows(path, convert(str(path)))
+
+
+def struct_stats_checkpoint(copy_fixture: Callable[[str], Path], num_records: int) -> tuple[Path, str]:
+    """A copy of a table whose checkpoint holds only typed stats (add.stats_parsed), its first add's numRecords
+    replaced; returns the table and that add's path."""
+    path = copy_fixture("v1-single-part-struct-stats-only")
+    checkpoint = path / "_delta_log" / f"{5:020d}.checkpoint.parquet"
+    table = pq.read_table(checkpoint)
+    rows = table.to_pylist()
+    first = next(r["add"] for r in rows if r["add"] is not None)
+    first["stats_parsed"]["numRecords"] = num_records
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), checkpoint)
+    return path, first["path"]
+
+
+def test_num_records_negative_in_a_checkpoints_typed_stats_is_refused(copy_fixture: Callable[[str], Path]) -> None:
+    path, data_file = struct_stats_checkpoint(copy_fixture, -1)
+    with pytest.raises(CorruptLogError) as info:
+        convert(str(path))
+    assert_refused(path, info, version=5, log_file=None, data_file=unquote(data_file), also=("numRecords",))
+
+
+def test_num_records_zero_in_a_checkpoints_typed_stats_reads_the_footer(copy_fixture: Callable[[str], Path]) -> None:
+    path, _ = struct_stats_checkpoint(copy_fixture, 0)
+    result = convert(str(path))
+    rows = QueryBuilder().register("t", DeltalakeTable(str(path))).execute("SELECT id FROM t")
+    expected = sorted(pa.table(rows).column("id").to_pylist())
+    assert iceberg_ids(result) == expected and len(expected) == 5
