@@ -122,6 +122,7 @@ def _convert(args: argparse.Namespace) -> int:
         version=args.version,
         full=args.full,
         format_version=args.format_version,
+        verify_stats=args.verify_stats,
         retain_snapshots=args.retain_snapshots,
         max_snapshot_age_ms=None if args.max_snapshot_age_hours is None
         else int(args.max_snapshot_age_hours * 3600 * 1000),
@@ -235,6 +236,19 @@ def hours(text: str) -> float:
     return value
 
 
+def _sample_files(text: str) -> int | None:
+    """--sample-files: a number of files (0 or more), or ``all`` (None: every live file)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of files or 'all', got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more files, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deltaberg", description="Delta Lake tables as Apache Iceberg tables.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -254,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--version", type=int, default=None, help="validate this version instead of the latest")
     check.add_argument("--data-checks", action="store_true",
                        help="also check stats of every file and the parquet footers of a sample")
-    check.add_argument("--sample-files", type=int, default=20, help="files whose footers the data checks read")
+    check.add_argument("--sample-files", type=_sample_files, default=20, metavar="N|all",
+                       help="files whose footers the data checks read: a number (spread over the table) or all")
     check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     check.set_defaults(run=_validate)
 
@@ -276,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="expire Iceberg snapshots beyond the newest N (only Iceberg metadata files are deleted)")
     conv.add_argument("--max-snapshot-age-hours", type=hours, default=None, metavar="H",
                       help="expire Iceberg snapshots older than H hours (the newest is always kept)")
+    conv.add_argument("--verify-stats", action="store_true",
+                      help="check the Delta stats of every file converted against its parquet footer first, and "
+                           "refuse (exit 2, nothing written) when they do not cover its data")
     conv.add_argument("--format", choices=("text", "json"), default="text")
     conv.set_defaults(run=_convert)
 

@@ -67,6 +67,12 @@ class PathOutsideTableError(CorruptLogError):
     """A relative path in the log (a data file or a deletion vector) resolves outside the table root."""
 
 
+class StatsMismatchError(CorruptLogError):
+    """A data file's Delta stats do not cover its data (its parquet footer says otherwise): Delta readers, and
+    Iceberg readers of a conversion, would skip its rows. Raised by ``convert(verify_stats=True)``; ``file`` is
+    the data file."""
+
+
 class MissingCheckpointPartError(CorruptLogError):
     """A checkpoint that the snapshot needs lacks a part or a sidecar."""
 

@@ -92,6 +92,9 @@ class DeltaToIcebergOperator(BaseOperator):
     :param max_snapshot_age: expire Iceberg snapshots older than this (None: no expiry by age). Only Iceberg
         metadata files are deleted, never data files.
     :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook); None for none.
+    :param verify_stats: check the Delta stats of every file converted against its parquet footer before anything
+        is written; stats that do not cover a file's data fail the task (``StatsMismatchError``, no retries).
+        Off by default: it reads the footer of every converted file.
     """
 
     template_fields: Sequence[str] = ("table_uri", "identifier", "catalog_config", "version")
@@ -112,6 +115,7 @@ class DeltaToIcebergOperator(BaseOperator):
         retain_snapshots: int | None = None,
         max_snapshot_age: timedelta | None = None,
         deltaberg_conn_id: str | None = None,
+        verify_stats: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -126,6 +130,7 @@ class DeltaToIcebergOperator(BaseOperator):
         self.retain_snapshots = retain_snapshots
         self.max_snapshot_age = max_snapshot_age
         self.deltaberg_conn_id = deltaberg_conn_id
+        self.verify_stats = verify_stats
         self.table_asset, self.asset_alias = add_iceberg_outlet(self, (table_uri, identifier))
 
     @property
@@ -159,6 +164,7 @@ class DeltaToIcebergOperator(BaseOperator):
                 version=version,
                 full=bool(self.full),
                 format_version=self.format_version,
+                verify_stats=bool(self.verify_stats),
                 retain_snapshots=self.retain_snapshots,
                 max_snapshot_age_ms=None if self.max_snapshot_age is None
                 else int(self.max_snapshot_age.total_seconds() * 1000),

@@ -521,3 +521,31 @@ def test_asset_uris() -> None:
     with pytest.raises(ValueError):
         catalog_table_uri("deltaberg", "db..events")
 
+
+
+def test_verify_stats_fails_on_stats_that_do_not_cover_a_file_without_retrying(
+    run_dag, dag_id, tmp_path: Path, catalog_config: dict[str, Any]
+) -> None:
+    table = write_delta(tmp_path / "events", rows(0, 5))
+    commit = table / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines()]
+    add = next(a["add"] for a in actions if "add" in a)
+    stats = json.loads(add["stats"])
+    stats["maxValues"]["id"] -= 1  # below the file's largest id: readers would skip that row
+    add["stats"] = json.dumps(stats)
+    commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    caught: list[BaseException | None] = []
+    with make_dag(dag_id) as dag:
+        DeltaToIcebergOperator(task_id="checked", table_uri=str(table), identifier="db.lies",
+                               catalog_config=catalog_config, verify_stats=True, retries=3, retry_delay=NO_DELAY,
+                               on_failure_callback=lambda context: caught.append(context.get("exception")))
+
+    result = run_dag(dag)
+
+    ti = result.ti("checked")
+    assert (ti.state, ti.try_number) == ("failed", 1)
+    (exc,) = caught
+    assert type(exc).__name__ == "AirflowFailException"
+    assert "StatsMismatchError" in str(exc) and add["path"] in str(exc) and "version 0" in str(exc)
+    assert not (table / "_iceberg").exists()
+    assert not load_catalog("deltaberg", **catalog_config).table_exists("db.lies")

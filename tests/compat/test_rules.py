@@ -427,6 +427,17 @@ def break_files_outside(p: Path) -> Broken:
     return t.path, [Location("file", elsewhere.as_uri())]
 
 
+def break_stats(p: Path) -> Broken:
+    """One file's maxValues of ``id`` one below the file's largest id (stats that do not cover the data)."""
+    t = _partitioned(p)
+    adds = add_files(t, rows(), commit=False)
+    stats = json.loads(adds[0]["stats"])
+    stats["maxValues"][t.physical("id")] -= 1
+    adds[0]["stats"] = json.dumps(stats)
+    t.commit([{"add": a} for a in adds], "WRITE")
+    return t.path, _file_locations(adds[:1])
+
+
 def keep(p: Path) -> Path:
     return compliant(p).path
 
@@ -476,6 +487,7 @@ CASES: dict[str, Case] = {
     "data.partition-values-materialized": Case(V2, break_materialized, keep, data_checks=True),
     "data.timestamp-int64": Case(V2, break_int96, keep, data_checks=True),
     "data.parquet-field-ids": Case(V2, break_field_ids, keep, data_checks=True),
+    "data.stats-cover-data": Case(V2, break_stats, keep, data_checks=True),
 }
 
 RULE_IDS = sorted(RULES_BY_ID)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContext, Finding, Location, Rule
+from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches, string_prefix_length
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
 
 FIELD_ID = b"PARQUET:field_id"
@@ -23,14 +24,21 @@ INTERNAL_COLUMN_PROPERTIES = (
 )
 
 
-def sample_paths(ctx: CheckContext) -> list[str]:
-    """Paths (as in the log) of up to ``sample_size`` live files, spread evenly over the file list."""
-    paths = ctx.adds.column("path")
-    n = len(paths)
+def sample_rows(ctx: CheckContext) -> np.ndarray:
+    """Rows (in the order of the live files) of up to ``sample_size`` live files, spread evenly over the file
+    list; every file when ``sample_size`` is None."""
+    n = ctx.adds.num_rows
+    if ctx.sample_size is None:
+        return np.arange(n, dtype=np.int64)
     if n == 0 or ctx.sample_size <= 0:
-        return []
-    picks = np.unique(np.linspace(0, n - 1, num=min(n, ctx.sample_size)).astype(np.int64))
-    return paths.take(pa.array(picks)).to_pylist()
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.linspace(0, n - 1, num=min(n, ctx.sample_size)).astype(np.int64))
+
+
+def sample_paths(ctx: CheckContext) -> list[str]:
+    """Paths (as in the log) of the sampled live files (``sample_rows``)."""
+    rows = sample_rows(ctx)
+    return ctx.adds.column("path").take(pa.array(rows)).to_pylist() if len(rows) else []
 
 
 def read_footer(ctx: CheckContext, path: str) -> pq.ParquetFile:
@@ -146,6 +154,25 @@ def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("; ".join(problems[:3]) + more, _file(path))
 
 
+def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
+    """The sampled files whose Delta stats do not cover their data, as their parquet footers describe it: Delta
+    readers, and Iceberg readers of a conversion, skip rows of such a file (``footer_stats``)."""
+    rows = sample_rows(ctx)
+    if not len(rows):
+        return
+    metadata = ctx.metadata
+    columns = stats_columns(ctx.schema, metadata.column_mapping_mode, metadata.partition_columns)
+    prefix = string_prefix_length(ctx.config)
+    files = ctx.snapshot.files.select(["path", "stats_parsed", "deletionVector"]).take(pa.array(rows))
+    for row in files.to_pylist():
+        problems = stats_mismatches(row["stats_parsed"], read_footer(ctx, row["path"]).metadata, columns,
+                                    has_deletion_vector=row["deletionVector"] is not None, string_prefix=prefix)
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            yield Finding("the Delta stats do not cover the file's data (parquet footer): "
+                          + "; ".join(problems[:3]) + more, _file(row["path"]))
+
+
 DATA_RULES = [
     Rule("data.num-records", "Every live file has numRecords", ALL_LEVELS, num_records,
          "recompute stats (deltaberg enable --mode rewrite writes full stats)",
@@ -159,4 +186,8 @@ DATA_RULES = [
     Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1}),
          parquet_field_ids, "rewrite the files with field ids (deltaberg enable --mode rewrite)",
          "protocol: IcebergCompatV2 nested ids written as parquet field_id; column mapping id mode", data=True),
+    Rule("data.stats-cover-data", "Delta stats cover the data of each file", ALL_LEVELS, stats_cover_data,
+         "recompute the stats of the files named (e.g. deltaberg enable --mode rewrite writes them from the data); "
+         "until then Delta readers, and Iceberg readers of a conversion, skip rows of these files",
+         "protocol: Per-file Statistics (numRecords, minValues, maxValues, nullCount)", data=True),
 ]

@@ -79,7 +79,7 @@ class CheckContext:
 
     snapshot: Snapshot
     storage: Storage
-    sample_size: int = 20
+    sample_size: int | None = 20  # files whose footers the data checks read; None: every live file
     _footers: dict[str, object] = field(default_factory=dict)
 
     @property

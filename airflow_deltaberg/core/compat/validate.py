@@ -31,9 +31,10 @@ def validate_snapshot(
     level: Level | str = Level.WRITER_COMPAT_V1,
     *,
     data_checks: bool = False,
-    sample_size: int = 20,
+    sample_size: int | None = 20,
 ) -> ComplianceReport:
-    """Check ``snapshot`` against every rule of ``level``."""
+    """Check ``snapshot`` against every rule of ``level``; the data checks read the footers of ``sample_size``
+    files spread over the table (None: every live file)."""
     level = Level(level)
     ctx = CheckContext(snapshot, table.storage, sample_size=sample_size)
     rules = rules_for(level, data_checks)
@@ -76,7 +77,7 @@ def validate(
     *,
     version: int | None = None,
     data_checks: bool = False,
-    sample_size: int = 20,
+    sample_size: int | None = 20,
     storage_options: Mapping[str, Any] | None = None,
 ) -> ComplianceReport:
     """Load the table at ``location`` and validate it (latest version unless ``version`` is given)."""

@@ -54,6 +54,7 @@ FILE_COLUMNS = [
     "baseRowId",
     "defaultRowCommitVersion",
     "clusteringProvider",
+    "version",
 ]
 
 
@@ -112,7 +113,7 @@ class Snapshot:
         """The live data files, one row each: path (as in the log, URI-encoded), partitionValues,
         size, modificationTime, dataChange, stats (the JSON as in the log; null for files listed by a
         Parquet checkpoint, whose stats are read only into stats_parsed), stats_parsed (every column),
-        tags, deletionVector, row tracking fields."""
+        tags, deletionVector, row tracking fields, version (of the commit or checkpoint the add was read from)."""
         return self._files_table(self.parsed_stats())
 
     def read_files(self) -> pa.Table:

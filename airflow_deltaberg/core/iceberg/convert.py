@@ -79,6 +79,7 @@ from airflow_deltaberg.core.iceberg.table_metadata import (
     next_row_id,
     with_table_ids,
 )
+from airflow_deltaberg.core.iceberg.verify_stats import verify_commit_stats, verify_snapshot_stats
 from airflow_deltaberg.core.memory_pool import large_buffer_pool
 from airflow_deltaberg.core.storage import Storage
 
@@ -380,9 +381,11 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
 
 
 def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
-                        storage_options: Mapping[str, Any] | None = None) -> _Progress:
+                        storage_options: Mapping[str, Any] | None = None, *,
+                        verify_stats: bool = False) -> _Progress:
     """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; raises
-    _FallBackToFull when the commits or the conversion state are not available."""
+    _FallBackToFull when the commits or the conversion state are not available. ``verify_stats``: the added
+    files' stats are checked against their footers before the first snapshot is written."""
     if tip.state is None or tip.published is None:
         raise _FallBackToFull("no conversion state next to the current Iceberg snapshot")
     format_version = tip.published.metadata.format_version  # another one is reached by a full conversion
@@ -393,6 +396,8 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         raise _FallBackToFull(f"the commits after version {start - 1} are gone ({exc})") from exc
     actions = commit_range.actions
     metadata = Metadata.from_action(tip.state.delta_metadata)
+    if verify_stats:
+        verify_commit_stats(table.storage, table.location, actions, metadata, start, target_version)
     try:
         metadata_by_version = commit_range.metadata_changes()
     except CorruptLogError as exc:
@@ -450,6 +455,7 @@ def convert(
     retain_snapshots: int | None = None,
     max_snapshot_age_ms: int | None = None,
     format_version: int | None = None,
+    verify_stats: bool = False,
 ) -> ConversionResult:
     """Convert the Delta table at ``location`` up to ``version`` (latest by default) and register it.
 
@@ -465,6 +471,11 @@ def convert(
     ``format_version`` is the Iceberg table format: 2 (deletion vectors become position delete files) or 3
     (deletion vectors in Puffin files, row lineage); by default the converted table's, 2 for a new one. Asking
     3 of a v2 table upgrades it with a full conversion; a v3 table cannot go back to 2.
+
+    ``verify_stats`` checks the Delta stats of every file converted (every live file of a full conversion, every
+    added file of an incremental one) against its parquet footer before anything is written, and refuses with
+    StatsMismatchError (naming the table, version and data file) when they do not cover the file's data: Iceberg
+    readers would skip rows of that file. Off by default: it reads the footer of every such file.
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
@@ -495,7 +506,7 @@ def convert(
                          table.location, published_format, wanted_format)
         else:
             try:
-                progress = convert_incremental(table, tip, target, storage_options)
+                progress = convert_incremental(table, tip, target, storage_options, verify_stats=verify_stats)
                 tip, files_added, files_removed = progress.tip, progress.files_added, progress.files_removed
                 written, outside = progress.snapshots_written, progress.files_outside_table
             except _FallBackToFull as reason:
@@ -507,6 +518,8 @@ def convert(
             with large_buffer_pool():
                 snapshot = table.snapshot(target)
                 outside = files_outside_table(snapshot.state.adds, table.location).count
+                if verify_stats:
+                    verify_snapshot_stats(table.storage, snapshot)
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,

@@ -14,7 +14,8 @@ from pyiceberg.partitioning import PartitionSpec
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.paths import is_absolute, resolve_relative, rows_holding
 from airflow_deltaberg.core.delta.snapshot import Snapshot
-from airflow_deltaberg.core.errors import DeltabergError, PathOutsideTableError
+from airflow_deltaberg.core.delta.stats import negative_count
+from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, PathOutsideTableError
 from airflow_deltaberg.core.iceberg.metrics import (
     DEFAULT_STRING_PREFIX,
     STRING_PREFIX_PROPERTY,
@@ -59,27 +60,33 @@ class MissingDataFileError(DeltabergError):
     """A live data file of the Delta table is not in storage."""
 
 
-def _footer_row_count(location: str, storage: Storage) -> int:
+def open_parquet(location: str, storage: Storage) -> pq.ParquetFile:
+    """The parquet file at a full ``location`` (as ``data_file_locations`` gives it): only its footer is read."""
     if location.startswith(storage.root + "/"):
         fs, full = storage.arrow_path(location[len(storage.root) + 1 :])
     else:
         parent, name = location.rsplit("/", 1)
         fs, full = open_storage(parent).arrow_path(name)
+    return pq.ParquetFile(full, filesystem=fs)
+
+
+def _footer_row_count(location: str, storage: Storage) -> int:
     try:
-        return pq.ParquetFile(full, filesystem=fs).metadata.num_rows
+        return open_parquet(location, storage).metadata.num_rows
     except FileNotFoundError as exc:
         raise MissingDataFileError(
             f"data file {location} is live in the Delta log but missing from storage, and its stats have no "
-            f"numRecords, so its row count cannot be read (table {storage.root}); nothing was converted"
+            f"numRecords (or 0), so its row count cannot be read (table {storage.root}); nothing was converted"
         ) from exc
 
 
 def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage) -> pa.Array:
-    """numRecords from the stats, or from the parquet footer when the stats lack it.
+    """numRecords from the stats, or from the parquet footer when the stats lack it or say 0.
 
-    Never 0 for a file whose count is unknown: Iceberg readers skip files with record_count 0.
+    Never lower than the file's rows: Iceberg readers skip files with record_count 0, so a 0 is only written for
+    a file whose footer says 0 rows. Counts below 0 are refused before (``check_adds``).
     """
-    missing = np.flatnonzero(np.asarray(stats_counts.is_null()))
+    missing = np.flatnonzero(np.asarray(pc.fill_null(pc.less_equal(stats_counts, 0), True)))
     if not len(missing):
         return stats_counts
     paths = locations.take(pa.array(missing)).to_pylist()
@@ -92,6 +99,27 @@ def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage)
     filled = np.asarray(stats_counts.fill_null(0)).copy()
     filled[missing] = counts
     return pa.array(filled, pa.int64())
+
+
+def check_adds(files: pa.Table, stats: pa.StructArray, locations: pa.Array, table: str) -> None:
+    """Refuse adds that break the protocol: a size of 0 or below (a parquet file has a footer), and a numRecords
+    or nullCount below 0 (JSON stats are refused so when parsed; this catches a checkpoint's ``stats_parsed``).
+    The error names the table, the add's version when ``files`` has a ``version`` column, and the data file."""
+    sizes = files.column("size")
+    bad_size = pc.fill_null(pc.less_equal(sizes, 0), False)
+    problem: tuple[int, str] | None = None
+    if pc.any(bad_size).as_py():
+        row = int(np.flatnonzero(np.asarray(bad_size))[0])
+        problem = row, f"size {sizes[row].as_py()} (a data file has at least its parquet footer)"
+    counts = negative_count(stats)
+    if counts is not None and (problem is None or counts[0] < problem[0]):
+        problem = counts[0], f"stats whose {counts[1]} is below 0 (a count)"
+    if problem is None:
+        return
+    row, what = problem
+    version = files.column("version")[row].as_py() if "version" in files.column_names else None
+    raise CorruptLogError(f"the add of data file {locations[row].as_py()} has {what}; nothing was converted",
+                          table=table, version=version)
 
 
 def data_file_entries(
@@ -121,12 +149,15 @@ def entries_for_files(
     snapshot_id: int,
     sequence_number: int,
 ) -> pa.Table:
-    """One ADDED manifest entry per row of ``files`` (path, partitionValues, size, stats_parsed)."""
+    """One ADDED manifest entry per row of ``files`` (path, partitionValues, size, stats_parsed; version, when
+    there, names the add in errors)."""
     n = files.num_rows
     mapped = metadata.column_mapping_mode in ("name", "id")
     locations = data_file_locations(storage, files.column("path").combine_chunks())
     stats = files.column("stats_parsed").combine_chunks()
-    counts = record_counts(stats.field("numRecords"), locations, storage)
+    check_adds(files, stats, locations, table)
+    # struct_field, not .field(): under a null stats struct the child's values are undefined.
+    counts = record_counts(pc.struct_field(stats, "numRecords"), locations, storage)
     prefix = int(metadata.configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
     metrics = file_metrics(stats, stat_columns(metadata.schema, converted.schema, mapped), prefix)
     physical = {f.name: (f.physical_name if mapped else f.name) for f in metadata.schema.fields}

@@ -108,7 +108,8 @@ def _entries_in_order(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> 
     return FileEntries(data, deletes)
 
 
-_ENTRY_INPUTS = ("path", "partitionValues", "size", "stats", "stats_parsed", "deletionVector")
+# version (of the add, when the caller has it) only names an add in errors.
+_ENTRY_INPUTS = ("path", "partitionValues", "size", "stats", "stats_parsed", "deletionVector", "version")
 
 
 def _entry_inputs(files: pa.Table) -> pa.Table:

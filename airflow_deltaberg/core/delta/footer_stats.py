@@ -1,0 +1,367 @@
+"""A data file's Delta stats checked against the statistics in its own parquet footer.
+
+Delta readers, and Iceberg readers through the bounds the converter writes, skip a file whose stats exclude a
+predicate: stats that do not cover the file's data lose rows. This module compares one file's parsed stats
+(numRecords, and per primitive column outside lists and maps: minValues, maxValues, nullCount) with its footer
+(rows; the smallest minimum, largest maximum and summed null counts of its row groups) and says where they
+disagree. It reads no data, only the footer given to it; ``validate --data-checks`` and ``convert
+--verify-stats`` both use it.
+
+What counts as covering, by Delta's own rules (PROTOCOL.md, "Per-file Statistics"):
+
+* numRecords must equal the file's rows; nullCount must equal the footer's null count (with tight bounds; with
+  wide bounds only 0 and numRecords say something, and are checked as such);
+* minValues must not be above the footer's minimum, maxValues not below its maximum. Timestamps: Delta
+  truncates both down to milliseconds, so a maximum equal to the footer's truncated to milliseconds covers.
+  Strings: Delta cuts a minimum to a prefix (still not above) and a maximum to a prefix plus a tie-breaker
+  character (U+007F; U+FFFD in older versions); a maximum that is such a cut of the footer's (ends with a
+  tie-breaker, or is at least the table's prefix length) covers. Footer strings of 16 bytes or more may
+  themselves be cut by their writer (parquet-rs: to 64 bytes, the maximum's last character incremented): a
+  Delta value agreeing with such a prefix is not flagged. Floats compare at the column's precision (a float
+  stat printed as ``3.14`` is the float32 3.1400001); NaN and infinite values say nothing. Decimals, dates,
+  integers, booleans compare exactly;
+* skipped, never flagged: partition columns (not in the file), columns the footer lacks or cannot compare
+  (INT96 timestamps, other physical types), row groups without statistics, and the bounds and null counts of a
+  file with a deletion vector (Delta's stats then describe the rows not deleted, the footer all of them; its
+  numRecords is still the file's rows).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_deltaberg.core.delta.schema import PrimitiveType, StructField, StructType
+
+FIELD_ID = b"PARQUET:field_id"
+#: Delta's tie-breaker after a cut string maximum: U+007F (Delta on Spark 4.x), U+FFFD (earlier versions); U+FFFF
+#: and U+10FFFF by other writers.
+TIE_BREAKERS = "\x7f\ufffd\uffff\U0010ffff"
+#: Footer strings at least this long (UTF-8 bytes) may have been cut by the parquet writer.
+FOOTER_CUT_BYTES = 16
+DEFAULT_STRING_PREFIX = 32
+STRING_PREFIX_PROPERTY = "delta.dataSkippingStringPrefixLength"
+
+_INTS = {"byte", "short", "integer", "long"}
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1)
+_UNIT_MICROS = {"milliseconds": (1000, 1), "microseconds": (1, 1), "nanoseconds": (1, 1000)}
+
+
+@dataclass(frozen=True)
+class StatsColumn:
+    """A primitive column outside lists and maps, as Delta keeps stats for it."""
+
+    name: str  # the logical path, dotted, for messages
+    physical: tuple[str, ...]  # the keys of its stats, and its names in the data files
+    field_ids: tuple[int | None, ...]  # id mode: its column ids along the path (the files' field ids), else None
+    type: PrimitiveType
+
+
+def stats_columns(schema: StructType, column_mapping_mode: str,
+                  partition_columns: Sequence[str] = ()) -> list[StatsColumn]:
+    """The columns whose stats a data file can be checked for (partition columns are not in the files)."""
+    mapped = column_mapping_mode in ("name", "id")
+    out: list[StatsColumn] = []
+
+    def walk(fields: Sequence[StructField], logical: tuple[str, ...], physical: tuple[str, ...],
+             ids: tuple[int | None, ...]) -> None:
+        for f in fields:
+            if not logical and f.name in partition_columns:
+                continue
+            path = (*logical, f.name)
+            names = (*physical, f.physical_name if mapped else f.name)
+            # Only id mode resolves file columns by field id; name mode and no mapping resolve them by name.
+            field_ids = (*ids, f.column_mapping_id if column_mapping_mode == "id" else None)
+            if isinstance(f.type, StructType):
+                walk(f.type.fields, path, names, field_ids)
+            elif isinstance(f.type, PrimitiveType):
+                out.append(StatsColumn(".".join(path), names, field_ids, f.type))
+
+    walk(schema.fields, (), (), ())
+    return out
+
+
+def string_prefix_length(configuration: Mapping[str, str]) -> int:
+    """The length Delta cuts string stats to (the table property, else Delta's default 32)."""
+    try:
+        return int(configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
+    except ValueError:
+        return DEFAULT_STRING_PREFIX
+
+
+@dataclass
+class _FooterColumn:
+    """One column's statistics over every row group of a file."""
+
+    nulls: int | None  # None: a row group has no null count
+    low: Any = None  # the smallest minimum, as compared (None: unknown)
+    high: Any = None
+    bounds_known: bool = True  # False: a row group with values has no min/max
+    float32: bool = False  # stored as FLOAT: Delta's stats compare at that precision (a column widened to double
+    # keeps its float files, whose stats were printed from floats)
+
+
+def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, columns: Sequence[StatsColumn], *,
+                     has_deletion_vector: bool = False,
+                     string_prefix: int = DEFAULT_STRING_PREFIX) -> list[str]:
+    """Where one file's parsed Delta stats (a row of ``stats_parsed``, as ``to_pylist`` gives it) do not cover the
+    data its parquet ``footer`` describes: one message per disagreement, empty when none (or no stats)."""
+    if not stats:
+        return []
+    problems = []
+    num_records = stats.get("numRecords")
+    if num_records is not None and num_records != footer.num_rows:
+        problems.append(f"numRecords {num_records} but the file has {footer.num_rows} rows")
+    tight = stats.get("tightBounds") is not False
+    leaves = _footer_leaves(footer)
+    for column in columns:
+        low, high, nulls = (_dig(stats.get(key), column.physical) for key in ("minValues", "maxValues", "nullCount"))
+        if low is None and high is None and nulls is None:
+            continue
+        index = leaves.get(("name", column.physical))
+        if index is None and None not in column.field_ids:
+            index = leaves.get(("id", column.field_ids))
+        if index is None:
+            continue
+        found = _footer_column(footer, index, column.type)
+        if found is None:
+            continue
+        if not has_deletion_vector and nulls is not None and found.nulls is not None:
+            problems.extend(_null_count_problem(column, nulls, found.nulls, num_records, tight))
+        if has_deletion_vector or not found.bounds_known:
+            continue
+        problems.extend(_bound_problems(column, low, high, found, string_prefix))
+    return problems
+
+
+def _dig(value: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(name)
+    return value
+
+
+def _null_count_problem(column: StatsColumn, nulls: int, found: int, num_records: int | None,
+                        tight: bool) -> Iterator[str]:
+    if tight and nulls != found:
+        yield f"column {column.name}: nullCount {nulls} but the file has {found} nulls"
+    elif not tight and nulls == 0 and found:
+        yield f"column {column.name}: nullCount 0 but the file has {found} nulls"
+    elif not tight and num_records is not None and nulls == num_records and found < nulls:
+        yield f"column {column.name}: nullCount {nulls} (every row) but the file has {found} nulls"
+
+
+def _bound_problems(column: StatsColumn, low: Any, high: Any, found: _FooterColumn, string_prefix: int
+                    ) -> Iterator[str]:
+    kind = _kind(column.type)
+    delta_low = _delta_value(low, column.type, found.float32)
+    delta_high = _delta_value(high, column.type, found.float32)
+    if delta_low is not None and found.low is not None and _min_above(kind, delta_low, found.low):
+        yield (f"column {column.name}: minValues {_shown(low)} is above the smallest value in the file "
+               f"({_shown_found(found.low, column.type)})")
+    if delta_high is not None and found.high is not None and _max_below(kind, delta_high, found.high,
+                                                                           string_prefix):
+        yield (f"column {column.name}: maxValues {_shown(high)} is below the largest value in the file "
+               f"({_shown_found(found.high, column.type)})")
+
+
+def _min_above(kind: str, delta: Any, footer: Any) -> bool:
+    if kind == "string":
+        return delta > footer and not (len(footer.encode()) >= FOOTER_CUT_BYTES and delta.startswith(footer))
+    return delta > footer
+
+
+def _max_below(kind: str, delta: Any, footer: Any, string_prefix: int) -> bool:
+    if kind == "timestamp":
+        return delta < footer - footer % 1000  # Delta truncates to milliseconds (Python's % floors)
+    if kind != "string":
+        return delta < footer
+    if delta >= footer:
+        return False
+    cut = delta.rstrip(TIE_BREAKERS)
+    if footer.startswith(cut) and (cut != delta or len(cut) >= string_prefix):
+        return False  # Delta's own cut of the maximum
+    return not (len(footer.encode()) >= FOOTER_CUT_BYTES and delta.startswith(footer[:-1]))
+
+
+def _kind(t: PrimitiveType) -> str:
+    name = t.name
+    if name in _INTS:
+        return "int"
+    if name in ("float", "double"):
+        return name
+    if name in ("timestamp", "timestamp_ntz"):
+        return "timestamp"
+    if t.is_decimal:
+        return "decimal"
+    return name  # string, date, boolean, binary, ...
+
+
+def _delta_value(value: Any, t: PrimitiveType, float32: bool = False) -> Any:
+    """A parsed Delta stat as compared with the footer's (None: not comparable)."""
+    if value is None:
+        return None
+    kind = _kind(t)
+    if kind == "timestamp" and isinstance(value, dt.datetime):
+        epoch = _EPOCH_UTC if value.tzinfo is not None else _EPOCH
+        return (value - epoch) // dt.timedelta(microseconds=1)
+    if kind == "date" and isinstance(value, dt.date):
+        return (value - _EPOCH.date()).days
+    if kind in ("float", "double"):
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        return float(np.float32(value)) if kind == "float" or float32 else float(value)
+    if kind == "decimal":
+        return Decimal(value) if isinstance(value, (int, Decimal)) else None
+    if kind in ("int", "boolean", "string"):
+        return value
+    return None
+
+
+def _footer_leaves(footer: pq.FileMetaData) -> dict[tuple[str, tuple[Any, ...]], int]:
+    """Column index of each leaf of the file reached through structs only, by its name path and by its field id
+    path (when every level has one)."""
+    out: dict[tuple[str, tuple[Any, ...]], int] = {}
+    try:
+        schema = footer.schema.to_arrow_schema()
+    except (pa.ArrowException, ValueError):
+        return out
+    leaves = 0
+
+    def walk(field: pa.Field, names: tuple[str, ...], ids: tuple[int | None, ...], plain: bool) -> None:
+        meta = field.metadata or {}
+        names = (*names, field.name)
+        ids = (*ids, int(meta[FIELD_ID]) if FIELD_ID in meta else None)
+        t = field.type
+        if pa.types.is_struct(t):
+            for child in t:
+                walk(child, names, ids, plain)
+        elif pa.types.is_map(t):
+            walk(t.key_field, names, ids, False)
+            walk(t.item_field, names, ids, False)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            walk(t.value_field, names, ids, False)
+        else:
+            nonlocal leaves
+            if plain:
+                out[("name", names)] = leaves
+                if None not in ids:
+                    out[("id", ids)] = leaves
+            leaves += 1
+
+    for f in schema:
+        walk(f, (), (), True)
+    if leaves != footer.num_columns:
+        return {}  # leaves and columns out of step: match nothing rather than the wrong column
+    return out
+
+
+def _footer_column(footer: pq.FileMetaData, index: int, t: PrimitiveType) -> _FooterColumn | None:
+    """The statistics of column ``index`` over the row groups, values as ``_delta_value`` gives Delta's; None
+    when its physical or logical type cannot be compared with a Delta column of type ``t``."""
+    convert = _footer_converter(footer.schema.column(index), t)
+    if convert is None:
+        return None
+    found = _FooterColumn(nulls=0, float32=footer.schema.column(index).physical_type == "FLOAT")
+    for g in range(footer.num_row_groups):
+        row_group = footer.row_group(g)
+        if row_group.num_rows == 0:
+            continue
+        chunk = row_group.column(index)
+        st = chunk.statistics
+        if st is None:
+            found.nulls, found.bounds_known = None, False
+            continue
+        if st.has_null_count and found.nulls is not None:
+            found.nulls += st.null_count
+        else:
+            found.nulls = None
+        if not st.has_min_max:
+            if not (st.has_null_count and st.null_count >= chunk.num_values):
+                found.bounds_known = False  # values but no bounds
+            continue
+        try:
+            low, high = convert(st, True), convert(st, False)
+        except (ValueError, UnicodeDecodeError, OverflowError):
+            low = high = None
+        if low is None or high is None:
+            found.bounds_known = False
+            continue
+        found.low = low if found.low is None else min(found.low, low)
+        found.high = high if found.high is None else max(found.high, high)
+    return found
+
+
+def _footer_converter(column: pq.ColumnSchema, t: PrimitiveType) -> Any:
+    """A function (statistics, minimum?) -> comparable value, for a footer column read as Delta type ``t``."""
+    physical = column.physical_type
+    try:
+        logical = json.loads(column.logical_type.to_json()) if column.logical_type is not None else {}
+    except ValueError:
+        logical = {}
+    kind_of_file = logical.get("Type", "None")
+    kind = _kind(t)
+    plain_int = physical in ("INT32", "INT64") and (kind_of_file == "None" or
+                                                      (kind_of_file == "Int" and logical.get("isSigned", True)))
+
+    def raw(st: Any, low: bool) -> Any:
+        return st.min_raw if low else st.max_raw
+
+    if kind == "int" and plain_int:
+        return raw
+    if kind == "boolean" and physical == "BOOLEAN":
+        return lambda st, low: int(raw(st, low))
+    if kind in ("float", "double") and (physical in ("FLOAT", "DOUBLE") or plain_int):
+        def floats(st: Any, low: bool) -> float | None:
+            value = float(raw(st, low))
+            if not math.isfinite(value):
+                return None
+            return float(np.float32(value)) if kind == "float" or physical == "FLOAT" else value
+        return floats
+    if kind == "decimal" and (kind_of_file == "Decimal" or plain_int):
+        def decimals(st: Any, low: bool) -> Decimal | None:
+            value = st.min if low else st.max
+            return Decimal(value) if isinstance(value, (int, Decimal)) else None
+        return decimals
+    if kind == "string" and physical == "BYTE_ARRAY" and kind_of_file in ("String", "None", "Enum", "Json"):
+        def strings(st: Any, low: bool) -> str:
+            value = raw(st, low)
+            return value.decode() if isinstance(value, bytes) else str(value)
+        return strings
+    if kind == "date" and physical == "INT32" and kind_of_file == "Date":
+        return raw
+    if kind == "timestamp" and physical == "INT64" and kind_of_file == "Timestamp":
+        multiply, divide = _UNIT_MICROS.get(logical.get("timeUnit", ""), (0, 0))
+        if not multiply:
+            return None
+        return lambda st, low: raw(st, low) * multiply // divide  # floor: nanoseconds to microseconds
+    if kind == "timestamp" and physical == "INT32" and kind_of_file == "Date":  # widened date -> timestamp_ntz
+        return lambda st, low: raw(st, low) * 86_400_000_000
+    return None  # INT96, binary, mismatched types: nothing to compare
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _shown_found(value: Any, t: PrimitiveType) -> str:
+    kind = _kind(t)
+    if kind == "timestamp":
+        shown = _EPOCH + dt.timedelta(microseconds=value)
+        return shown.isoformat() + ("+00:00" if t.name == "timestamp" else "")
+    if kind == "date":
+        return (_EPOCH.date() + dt.timedelta(days=value)).isoformat()
+    return repr(value) if isinstance(value, str) else str(value)

@@ -1,0 +1,96 @@
+"""``convert(verify_stats=True)``: the Delta stats of every file a conversion lists, checked against the file's
+parquet footer (``core.delta.footer_stats``) before anything is written. A file whose stats do not cover its
+data stops the conversion with StatsMismatchError: converted, its Iceberg bounds would make readers skip rows.
+
+Off by default: it reads the footer of every file (a full conversion) or of every added file (incremental).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_deltaberg.core.delta import Snapshot
+from airflow_deltaberg.core.delta.actions import ActionBatch
+from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches, string_prefix_length
+from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.stats import StatsParseError
+from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError
+from airflow_deltaberg.core.iceberg.data_files import MissingDataFileError, data_file_locations, open_parquet
+from airflow_deltaberg.core.iceberg.file_manifests import with_parsed_stats
+from airflow_deltaberg.core.storage import Storage
+
+#: Files whose footers are read (eight at a time) before the next slice's stats are turned into Python objects.
+SLICE_ROWS = 4096
+READERS = 8
+
+
+def verify_snapshot_stats(storage: Storage, snapshot: Snapshot) -> None:
+    """Check every live file of ``snapshot`` (a full conversion)."""
+    verify_file_stats(storage, snapshot.files, snapshot.metadata, snapshot.table)
+
+
+def verify_commit_stats(storage: Storage, table: str, actions: ActionBatch, metadata: Metadata, start: int,
+                        end: int) -> None:
+    """Check the files added by commits ``start``..``end`` (an incremental conversion), each commit's with the
+    metadata in force at its version (``metadata`` is the one before ``start``)."""
+    changes = {v: body for v, name, body in actions.other_actions if name == "metaData"}
+    file_actions = actions.file_actions
+    for version in range(start, end + 1):
+        if version in changes:
+            metadata = Metadata.from_action(changes[version])
+        rows = file_actions.filter(pc.and_(pc.equal(file_actions.column("version"), version),
+                                           file_actions.column("is_add")))
+        if not rows.num_rows:
+            continue
+        try:
+            rows = with_parsed_stats(rows, metadata)
+        except StatsParseError as exc:
+            raise CorruptLogError(exc.describe(), table=table, version=version,
+                                  file=storage.uri(commit_key(version))) from exc
+        verify_file_stats(storage, rows, metadata, table)
+
+
+def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, table: str) -> None:
+    """Check ``files`` (path, stats_parsed, version, deletionVector when there) against their footers; raise
+    StatsMismatchError naming the first file whose stats do not cover its data, and how many more there are in
+    the slice of files read with it."""
+    columns = stats_columns(metadata.schema, metadata.column_mapping_mode, metadata.partition_columns)
+    prefix = string_prefix_length(metadata.configuration)
+    wanted = [c for c in ("path", "stats_parsed", "deletionVector", "version") if c in files.column_names]
+
+    def check(row: dict[str, Any], location: str) -> list[str]:
+        return stats_mismatches(row["stats_parsed"], _footer(location, storage), columns, string_prefix=prefix,
+                                has_deletion_vector=row.get("deletionVector") is not None)
+
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        for part in _slices(files.select(wanted)):
+            locations = data_file_locations(storage, part.column("path").combine_chunks()).to_pylist()
+            rows = part.to_pylist()
+            found = [(i, problems) for i, problems in enumerate(pool.map(check, rows, locations)) if problems]
+            if found:
+                i, problems = found[0]
+                more = f"; {len(found) - 1} more file(s) among the {len(rows)} read with it" if len(found) > 1 else ""
+                raise StatsMismatchError(
+                    f"the Delta stats of data file {locations[i]} do not cover its data (parquet footer): "
+                    f"{'; '.join(problems[:3])}{more}. Delta readers, and Iceberg readers of this conversion, "
+                    "would skip its rows: recompute its stats; nothing was converted",
+                    table=table, version=rows[i].get("version"), file=locations[i])
+
+
+def _slices(files: pa.Table) -> Iterator[pa.Table]:
+    for offset in range(0, files.num_rows, SLICE_ROWS):
+        yield files.slice(offset, SLICE_ROWS)
+
+
+def _footer(location: str, storage: Storage):  # noqa: ANN202 - pq.FileMetaData
+    try:
+        return open_parquet(location, storage).metadata
+    except FileNotFoundError as exc:
+        raise MissingDataFileError(f"data file {location} is live in the Delta log but missing from storage "
+                                   f"(table {storage.root}); nothing was converted") from exc
