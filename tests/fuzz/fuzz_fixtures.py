@@ -72,10 +72,23 @@ class FixtureInfo:
     commit_tags: dict[int, frozenset[str]] = field(default_factory=dict)
     #: tags of the whole table (the union of the commits' plus checkpoint, file and schema tags)
     tags: frozenset[str] = frozenset()
+    checkpoint_versions: tuple[int, ...] = ()
+    compactions: tuple[tuple[int, int], ...] = ()
 
     @property
     def latest(self) -> int:
         return self.commits[-1]
+
+    def covered(self, version: int) -> str | None:
+        """What else holds commit ``version``'s actions (a checkpoint at or after it, a log compaction), if any:
+        a reader may use that instead of the commit."""
+        at = [v for v in self.checkpoint_versions if v >= version]
+        if at:
+            return f"checkpoint {min(at)}"
+        for start, end in self.compactions:
+            if start <= version <= end:
+                return f"compaction {start}-{end}"
+        return None
 
     def tags_of(self, versions: tuple[int, ...] | None) -> frozenset[str]:
         """The tags of ``versions`` (None: the whole table)."""
@@ -125,6 +138,7 @@ def fixture_info(root: Path, name: str) -> FixtureInfo:
     commits: dict[int, frozenset[str]] = {}
     tags: set[str] = set()
     checkpoint_versions: dict[int, list[str]] = {}
+    compactions: list[tuple[int, int]] = []
     for path in sorted(log.iterdir()):
         if m := COMMIT.match(path.name):
             commits[int(m.group(1))] = frozenset(json_lines_tags(path))
@@ -136,8 +150,9 @@ def fixture_info(root: Path, name: str) -> FixtureInfo:
                 tags.add("multipart")
             if m.group(3) == "json":
                 tags |= json_lines_tags(path)
-        elif COMPACTION.match(path.name):
+        elif m := COMPACTION.match(path.name):
             tags.add("compaction")
+            compactions.append((int(m.group(1)), int(m.group(2))))
         elif path.name == "_last_checkpoint":
             tags.add("last_checkpoint")
             if (json.loads(path.read_text()).get("v2Checkpoint") or {}).get("nonFileActions"):
@@ -152,4 +167,5 @@ def fixture_info(root: Path, name: str) -> FixtureInfo:
         tags |= t
     if len(commits) >= 2:
         tags.add("commits2")
-    return FixtureInfo(name, root / name, tuple(sorted(commits)), commits, frozenset(tags))
+    return FixtureInfo(name, root / name, tuple(sorted(commits)), commits, frozenset(tags),
+                       tuple(sorted(checkpoint_versions)), tuple(sorted(compactions)))

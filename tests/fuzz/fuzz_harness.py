@@ -43,10 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from fuzz_cases import CasePlan
-from fuzz_fixtures import fixture_info
+from fuzz_fixtures import COMMIT, COMPACTION, FixtureInfo, fixture_info
 from fuzz_mutations import MUTATIONS, FuzzContext, NotApplicable, file_tree
 
 CALL_TIMEOUT_S = 60
+#: Passed to every command as a storage option: it must show in no output and no file the conversion writes.
+SECRET = "fuzz-s3cr3t-9d41c7"
+SECRET_OPTION = ["--storage-option", f"token={SECRET}"]
 ORACLE_TIMEOUT_S = 60
 PACKAGE_DIR = os.sep + "airflow_deltaberg" + os.sep
 TESTS_ICEBERG = Path(__file__).resolve().parents[1] / "iceberg"
@@ -228,6 +231,7 @@ def run_cli(argv: list[str], timeout: int = CALL_TIMEOUT_S) -> CliRun:
     from airflow_deltaberg import cli
 
     _LAST_EXCEPTION.clear()
+    argv = [*argv, *SECRET_OPTION]
     out, err = io.StringIO(), io.StringIO()
     code: int | None = None
     timed_out = False
@@ -260,6 +264,9 @@ def judge_cli(command: str, run: CliRun, table: str, ok_codes: tuple[int, ...], 
         result.findings.append(Finding("problem", "hang", command, f"no answer within {CALL_TIMEOUT_S} s",
                                        where=run.where))
         return False
+    if SECRET in run.stdout or SECRET in run.stderr:
+        result.findings.append(Finding("problem", "secret-in-output", command,
+                                       "the storage option's secret value is printed", error_type, run.where))
     if "Traceback (most recent call last)" in run.stderr or "Traceback (most recent call last)" in run.stdout:
         result.findings.append(Finding("problem", "traceback", command, run.stderr[-1500:], error_type, run.where))
     if run.code in ok_codes:
@@ -281,6 +288,9 @@ def judge_cli(command: str, run: CliRun, table: str, ok_codes: tuple[int, ...], 
     if len(lines) != 1:
         result.findings.append(Finding("problem", "stderr-not-one-line", command,
                                        f"{len(lines)} lines: {run.stderr[-800:]}", error_type, run.where))
+        if isinstance(run.exception, DeltabergError):
+            # A typed error whose message spans lines: judged on the whole message, not on its last line.
+            lines = [" ".join(lines)]
     m = TYPED_LINE.match(lines[-1]) if lines else None
     if m is None or m.group(2) == "unexpected":
         result.findings.append(Finding("problem", "untyped-error", command, lines[-1] if lines else "(no stderr)",
@@ -377,6 +387,10 @@ def data_file_checks(static: Any, result: CaseResult) -> None:
                                            f"{data_file.file_size_in_bytes}, the file has {size} bytes"))
 
 
+#: pyiceberg errors that mean "this data file path cannot be opened" (missing, a directory, an impossible name).
+UNOPENABLE = ("FileNotFoundError", "No such file or directory", "is a directory", "File name too long",
+              "Embedded NUL")
+
 _FILTER_TYPES = ("int", "long", "string", "date", "timestamp", "timestamptz", "boolean")
 
 
@@ -434,13 +448,26 @@ def filter_checks(static: Any, full: Any, rng: Any, result: CaseResult) -> None:
 # ------------------------------------------------------------------------------------------ the case
 
 
-def apply_expectations(result: CaseResult, args: dict[str, Any]) -> None:
-    """Move the mutation's expectation flags (fuzz_mutations' docstring) from its arguments to the result."""
+def apply_expectations(result: CaseResult, args: dict[str, Any], info: FixtureInfo | None = None,
+                       root: Path | None = None) -> None:
+    """Move the mutation's expectation flags (fuzz_mutations' docstring) from its arguments to the result.
+
+    A changed commit that a checkpoint or a log compaction also holds makes the table disagree with itself: a
+    reader may use either, so different rows are for review (ambiguous)."""
     args = dict(args)
     result.neutral = bool(args.pop("neutral", False))
     result.same_rows = result.neutral or bool(args.pop("same_rows", False))
     result.ambiguous = bool(args.pop("ambiguous", False))
     result.must_refuse = str(args.pop("must_refuse", "") or "")
+    changed = args.get("file")
+    if info is not None and root is not None and isinstance(changed, str) and (root / changed).exists():
+        name = Path(changed).name
+        if COMPACTION.match(name):
+            result.ambiguous = True
+            args["disagrees_with"] = "the commits the compaction covers"
+        elif COMMIT.match(name) and (other := info.covered(int(name[:20]))):
+            result.ambiguous = True
+            args["disagrees_with"] = other
     result.mutation_args = args
 
 
@@ -477,7 +504,7 @@ def run_case(plan: CasePlan, fixtures_root: Path, workdir: Path, keep: bool = Fa
             result.mutation_args = {"reason": str(exc)}
             return result
         progress("mutated", dict(args))
-        apply_expectations(result, args)
+        apply_expectations(result, args, info, root)
         result.seconds["prepare"] = time.perf_counter() - started
         _judge(plan, root, fixtures_root, result, progress)
     except Exception as exc:  # noqa: BLE001 - a harness bug must show as such, not as a product finding
@@ -533,10 +560,15 @@ def _judge(plan: CasePlan, root: Path, fixtures_root: Path, result: CaseResult,
         if changed:
             result.findings.append(Finding("problem", "conversion-changed-delta-files", "convert",
                                            "; ".join(changed[:10])))
+        holding = [p for p in after if _is_iceberg(p) and SECRET.encode() in (root / p).read_bytes()]
+        if holding:
+            result.findings.append(Finding("problem", "secret-in-metadata", "convert",
+                                           f"the storage option's secret is written to {holding[:3]}"))
     if result.neutral and refused:
         for command in refused:
             outcome = result.outcomes.get(command, "")
-            error_type = outcome.split(": ")[1] if outcome.count(": ") >= 1 else ""
+            m = re.search(r"deltaberg \w+: (?:unexpected )?(\w+):", outcome)
+            error_type = m.group(1) if m else ""
             result.findings.append(Finding("problem", "refused-valid-table", command,
                                            f"the mutation keeps the table valid with the same rows, yet: {outcome}",
                                            error_type))
@@ -569,10 +601,14 @@ def _check_conversion(plan: CasePlan, root: Path, fixtures_root: Path, run: CliR
     result.outcomes["deltalake"] = ("reads the table" if delta_error is None
                                     else f"refuses: {type(delta_error).__name__}: {str(delta_error)[:200]}")
     if iceberg_error is not None:
-        # Unreadable is a failure, except where the log names a data file that is not there and deltalake fails
-        # too: both readers then fail alike (the converter does not check that every data file exists).
-        missing = isinstance(iceberg_error, FileNotFoundError)
-        severity = "problem" if delta_error is None or result.same_rows or not missing else "review"
+        # Unreadable is a failure, except (review) where the log names a data file that cannot be opened and
+        # deltalake fails too (the converter does not open every data file), and where pyiceberg itself is at
+        # fault: it refuses a file column the name mapping does not name (the spec says such columns are not read).
+        text = f"{type(iceberg_error).__name__}: {iceberg_error}"
+        unopenable = any(s in text for s in UNOPENABLE)
+        pyiceberg_limit = "Could not find field with name" in text
+        severity = ("review" if pyiceberg_limit or (unopenable and delta_error is not None and not result.same_rows)
+                    else "problem")
         result.findings.append(Finding(severity, "iceberg-unreadable", "iceberg",
                                        f"{type(iceberg_error).__name__}: {str(iceberg_error)[:500]} (deltalake: "
                                        f"{result.outcomes['deltalake']})", type(iceberg_error).__name__))

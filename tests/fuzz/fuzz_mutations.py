@@ -479,7 +479,10 @@ def add_tags(ctx: FuzzContext) -> dict[str, Any]:
 
 @mutation("add", scope="commit", weight=2)
 def add_path_wrong_type(ctx: FuzzContext) -> dict[str, Any]:
-    return _set_field(ctx, "add", "path", _string_or_wrong)
+    result = _set_field(ctx, "add", "path", _string_or_wrong)
+    if result["new"] in ("", "../") and _effective(ctx, ctx.root / result["file"]):
+        result["must_refuse"] = "an empty data file path" if result["new"] == "" else "a path that leaves the table"
+    return result
 
 
 @mutation("add", scope="commit", weight=2)
@@ -504,6 +507,8 @@ def add_partition_values(ctx: FuzzContext) -> dict[str, Any]:
     result = _set_field(ctx, "add", "partitionValues", value, where=lambda body: True)
     # No partition column: a reader has no use for the values.
     result["same_rows"] = result["old"] == {} and not _partition_columns(ctx)
+    # An empty string partition value: Delta on Spark reads it as null, deltalake as ''.
+    result["ambiguous"] = isinstance(result["new"], dict) and "" in result["new"].values()
     return result
 
 
@@ -589,7 +594,8 @@ def protocol_field(ctx: FuzzContext) -> dict[str, Any]:
     if _effective(ctx, ctx.root / result["file"]) and not _later_action(ctx, ctx.root / result["file"], "protocol"):
         if field == "minReaderVersion" and isinstance(new, int) and not isinstance(new, bool) and new > 3:
             result["must_refuse"] = f"reader version {new}: no reader implements it"
-        elif field == "readerFeatures" and isinstance(new, list) and "fancyNewFeature" in new:
+        elif (field == "readerFeatures" and isinstance(new, list) and "fancyNewFeature" in new
+              and _action_at(ctx, result).get("minReaderVersion") == 3):
             result["must_refuse"] = "an unknown reader feature"
     return result
 
@@ -601,7 +607,8 @@ def commit_info_field(ctx: FuzzContext) -> dict[str, Any]:
                             "engineInfo", "txnId"])
     result = _set_field(ctx, "commitInfo", field, _any_or_wrong,
                         where=lambda body: "inCommitTimestamp" not in body)
-    result["neutral"] = True
+    # Any JSON value keeps the table valid; a raw token (NaN, 007...) makes the line invalid JSON.
+    result["neutral"] = not (isinstance(result["new"], str) and result["new"].startswith("raw:"))
     return result
 
 
@@ -621,6 +628,13 @@ def _partition_columns(ctx: FuzzContext) -> list[Any]:
 def _version_of(path: Path) -> int | None:
     name = path.name
     return int(name[:20]) if name[:20].isdigit() else None
+
+
+def _action_at(ctx: FuzzContext, result: dict[str, Any]) -> dict[str, Any]:
+    """The body of the action a _set_field result changed (read back from the file)."""
+    lines = read_lines(ctx.root / result["file"])[0]
+    action = json.loads(lines[result["line"] - 1])
+    return next(iter(action.values())) if isinstance(action, dict) and action else {}
 
 
 def _later_action(ctx: FuzzContext, path: Path, kind: str) -> bool:
@@ -713,8 +727,9 @@ def add_path(ctx: FuzzContext) -> dict[str, Any]:
     ref.save()
     result = {"file": ctx.rel(ref.path), "line": ref.index + 1, "how": how, "old": old, "new": describe(new),
               "neutral": neutral}
-    if how == "dotdot" and _effective(ctx, ref.path):
-        result["must_refuse"] = "a relative data file path that leaves the table"
+    if how in ("dotdot", "empty") and _effective(ctx, ref.path):
+        result["must_refuse"] = ("a relative data file path that leaves the table" if how == "dotdot"
+                                 else "an empty data file path")
     return result
 
 
@@ -751,7 +766,10 @@ def add_deletion_vector(ctx: FuzzContext) -> dict[str, Any]:
                               (dv.get(field) or 0) + 1 if isinstance(dv.get(field), int) else 3])
         dv[field] = new
     ref.save()
-    return {"file": ctx.rel(ref.path), "line": ref.index + 1, "field": field, "old": old, "new": describe(new)}
+    # Without its DV, an add may share (path, no DV) with a remove of the same commit: Delta on Spark applies the
+    # actions in order (the add wins), deltalake lets the remove win. The protocol does not say.
+    return {"file": ctx.rel(ref.path), "line": ref.index + 1, "field": field, "old": old, "new": describe(new),
+            "ambiguous": field in ("<remove>", "<whole>")}
 
 
 # -------------------------------------------------------------------------------------------- stats

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         plans = plans_from_env(FIXTURES_ROOT, seed=seed, count=args.count, indexes=args.index)
     workdir = Path(tempfile.mkdtemp(prefix="deltaberg-fuzz-"))
-    print(f"fuzz seed {plans[0].seed if plans else seed}: {len(plans)} cases, {args.workers} workers, work in {workdir}", flush=True)
+    shown_seed = plans[0].seed if plans else seed
+    print(f"fuzz seed {shown_seed}: {len(plans)} cases, {args.workers} workers, work in {workdir}", flush=True)
     started = time.perf_counter()
     pool = FuzzPool(FIXTURES_ROOT, workdir, workers=args.workers, keep=args.keep)
     results: list[CaseResult] = []
