@@ -39,6 +39,10 @@ from fuzz_pool import FuzzPool  # noqa: E402
 FIXTURES_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "delta"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fuzz: the seeded mutation fuzzer over the fixture tables (tests/fuzz)")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fuzz", "deltaberg mutation fuzzer (tests/fuzz)")
     group.addoption("--fuzz-seed", default=None, help=f"seed: an integer or 'date' (env {SEED_ENV})")

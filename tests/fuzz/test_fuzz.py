@@ -18,6 +18,8 @@ import pytest
 from fuzz_cases import CasePlan
 from fuzz_harness import CaseResult
 
+pytestmark = pytest.mark.fuzz
+
 
 def test_mutation(fuzz_plan: CasePlan, fuzz_results: dict[int, Future[CaseResult]]) -> None:
     result = fuzz_results[fuzz_plan.index].result()
