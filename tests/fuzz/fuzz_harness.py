@@ -366,28 +366,35 @@ def _oracle_call(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
 
 def data_file_checks(static: Any, result: CaseResult) -> None:
     """Each Iceberg data file's record_count and file_size_in_bytes equal the file's own (Iceberg readers answer
-    count(*) from record_count and find the footer from the size)."""
+    count(*) from record_count, skip a file whose record_count is 0, and find the footer from the size). Every
+    manifest entry is checked (a scan's planning would already skip the files with a record count of 0)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    for task in static.scan().plan_files():
-        data_file = task.file
-        _scheme, _netloc, local = PyArrowFileIO.parse_location(data_file.file_path)
+    try:
+        files = static.inspect.files().select(["content", "file_path", "record_count", "file_size_in_bytes"])
+    except pa.ArrowInvalid as exc:
+        if "Must pass at least one table" in str(exc):
+            return  # pyiceberg 0.12 cannot list the files of a table without any: nothing to check
+        raise
+    for entry in files.to_pylist():
+        if entry["content"] != 0:
+            continue  # delete files: written by the converter, read back through the scan
+        path, record_count, size_in_bytes = entry["file_path"], entry["record_count"], entry["file_size_in_bytes"]
+        _scheme, _netloc, local = PyArrowFileIO.parse_location(path)
         try:
             size = os.path.getsize(local)
             rows = pq.read_metadata(local).num_rows
-        except OSError as exc:
-            result.findings.append(Finding("problem", "data-file-missing", "iceberg",
-                                           f"{data_file.file_path}: {exc}"))
+        except (OSError, ValueError) as exc:
+            result.findings.append(Finding("review", "data-file-unreadable", "iceberg", f"{path}: {exc}"))
             continue
-        if data_file.record_count != rows:
+        if record_count != rows:
             result.findings.append(Finding("problem", "wrong-record-count", "iceberg",
-                                           f"{data_file.file_path}: record_count {data_file.record_count}, "
-                                           f"the file holds {rows} rows"))
-        if data_file.file_size_in_bytes != size:
+                                           f"{path}: record_count {record_count}, the file holds {rows} rows"))
+        if size_in_bytes != size:
             result.findings.append(Finding("problem", "wrong-file-size", "iceberg",
-                                           f"{data_file.file_path}: file_size_in_bytes "
-                                           f"{data_file.file_size_in_bytes}, the file has {size} bytes"))
+                                           f"{path}: file_size_in_bytes {size_in_bytes}, the file has {size} bytes"))
 
 
 #: pyiceberg errors that mean "this data file path cannot be opened" (missing, a directory, an impossible name).
