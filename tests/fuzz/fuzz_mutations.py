@@ -28,6 +28,7 @@ import shutil
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,8 @@ def dumps(obj: Any) -> str:
     raws: list[str] = []
 
     def walk(x: Any) -> Any:
+        if isinstance(x, Decimal):  # parsed from the log with parse_float=Decimal: written back digit for digit
+            x = Raw(str(x))
         if isinstance(x, Raw):
             raws.append(str(x))
             return f"\u0001RAW{len(raws) - 1}\u0001"
@@ -190,6 +193,11 @@ def checkpoint_files(ctx: FuzzContext) -> list[Path]:
     return sorted(set(parquet_checkpoint_files(ctx) + json_checkpoint_files(ctx)))
 
 
+def loads(text: str | bytes) -> Any:
+    """JSON with its numbers kept exact (a float would round a decimal bound and change what the mutation did)."""
+    return json.loads(text, parse_float=Decimal)
+
+
 def read_lines(path: Path) -> tuple[list[str], bool]:
     text = path.read_text(encoding="utf-8")
     ends_with_newline = text.endswith("\n")
@@ -237,7 +245,7 @@ def pick_action(ctx: FuzzContext, kind: str | None = None,
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
-            action = json.loads(line)
+            action = loads(line)
             if not isinstance(action, dict) or len(action) != 1:
                 continue
             k, body = next(iter(action.items()))
@@ -777,7 +785,7 @@ def add_deletion_vector(ctx: FuzzContext) -> dict[str, Any]:
 
 def _stats_of(body: dict[str, Any]) -> dict[str, Any] | None:
     try:
-        stats = json.loads(body["stats"])
+        stats = loads(body["stats"])
     except (KeyError, TypeError, ValueError):
         return None
     return stats if isinstance(stats, dict) else None
@@ -817,8 +825,8 @@ def _shift(value: Any, rng: random.Random) -> Any:
         return not value
     if isinstance(value, int):
         return value + rng.choice([-1000, -1, 1, 1000])
-    if isinstance(value, float):
-        return value + rng.choice([-100.5, 100.5])
+    if isinstance(value, (float, Decimal)):
+        return value + type(value)(rng.choice(["-100.5", "100.5"]))
     if isinstance(value, str):
         return rng.choice(["", "~~~~", value + "zz", "0000", "2999-01-01T00:00:00.000Z", "1900-01-01"])
     return rng.choice([1, "x", None])
