@@ -14,9 +14,13 @@ and judge each outcome:
   the files' own; and a few filtered scans (pruning by partition values and column bounds) return exactly the
   filtered rows of the full scan;
 * when deltalake refuses the mutated table: a typed refusal from us is expected; a success is compared with the
-  unmutated table's rows when the mutation is neutral (same rows by the protocol), else reported for review
+  unmutated table's rows when the mutation keeps them (``neutral`` or ``same_rows``), else reported for review
   (no oracle can judge it);
+* a conversion of a table the mutation says must be refused (``must_refuse``) fails the case;
 * a neutral mutation must not be refused (the table is valid), by any command;
+* different rows are for review when the protocol leaves the outcome open (``ambiguous``) or when one reader
+  returns the unmutated rows because it used the copy the mutation left alone (``also_held_by``);
+* the storage option's secret given to every command shows in no output and no file under `_iceberg`;
 * nothing runs longer than ``CALL_TIMEOUT_S`` (signal.alarm; the pool's hard deadline catches the rest).
 
 The verdict is a list of findings (``problem`` fails the case, ``review`` does not), each with a signature that
