@@ -331,12 +331,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return args.run(args)
         except DeltabergError as exc:
-            _print(args, f"deltaberg {args.command}: {type(exc).__name__}: {exc}", error=True)
+            _print(args, f"deltaberg {args.command}: {type(exc).__name__}: {one_line(exc)}", error=True)
             return EXIT_ERROR
         except Exception as exc:  # noqa: BLE001 - any other failure is still "error", never "violations"
-            _print(args, f"deltaberg {args.command}: unexpected {type(exc).__name__}: {exc} "
+            _print(args, f"deltaberg {args.command}: unexpected {type(exc).__name__}: {one_line(exc)} "
                          f"({location_text(args.table)})", error=True)
             return EXIT_ERROR
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line: text from other libraries (pyarrow, a feature name in the log) may hold
+    line breaks, and scripts read the first stderr line."""
+    return " ".join(str(error).split())
 
 
 if __name__ == "__main__":

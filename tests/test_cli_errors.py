@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import errno
 import importlib.util
+import json
 import logging
 import os
 import socket
@@ -75,6 +76,7 @@ def run_failing(argv: list[str], capsys: pytest.CaptureFixture[str], error: str)
     assert code == 2, (out, err)
     assert error in err, err
     assert "Traceback" not in err and "Traceback" not in out
+    assert len(err.strip().splitlines()) == 1, err
     return out + err
 
 
@@ -321,3 +323,18 @@ def test_bad_arguments_are_usage_errors(table: Path, capsys: pytest.CaptureFixtu
 def test_a_storage_option_without_equals_is_not_echoed(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_code(["inspect", str(table), "--storage-option", SECRET.replace("=", "")]) == 2
     assert SECRET.replace("=", "") not in capsys.readouterr().err
+
+
+# -- messages -----------------------------------------------------------------------------------------------
+
+
+def test_a_message_with_line_breaks_is_printed_on_one_line(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Text from the log (a feature name) or from pyarrow may hold line breaks; scripts read one stderr line."""
+    version = len(list((table / "_delta_log").glob("*.json")))
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["bad\nfeature"],
+                "writerFeatures": ["bad\nfeature"]}
+    (table / "_delta_log" / f"{version:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
+    for command in ("inspect", "validate", "convert"):
+        text = run_failing([command, str(table)], capsys, "UnsupportedFeatureError")
+        assert "bad feature" in text, text
+    assert not (table / "_iceberg").exists()
