@@ -335,6 +335,7 @@ def test_crash_keeps_previous_state_and_rerun_converges(
     shutil.copytree(path, twin)
     reference = convert(str(twin), full=full)
     versions_before = published_versions(path) if mode != "first" else []
+    files_before = metadata_files(path)
 
     with monkeypatch.context() as patch:
         install_crash(patch, point)
@@ -351,6 +352,8 @@ def test_crash_keeps_previous_state_and_rerun_converges(
         assert len(published_versions(path)) > len(versions_before)
     else:
         assert published_versions(path) == versions_before, "nothing may be published before the metadata file"
+        # A failure before the metadata file takes back what the attempt wrote (a killed process cannot).
+        assert metadata_files(path) == files_before, "a failed attempt left files under _iceberg/metadata"
 
     rerun = run_convert(path, tmp_path)
     latest = delta_rows(path)

@@ -124,12 +124,13 @@ def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
 
 def write_manifest_record(
     storage: Storage, entries: pa.Table, schema: Schema, spec: PartitionSpec, snapshot_id: int, sequence_number: int,
-    *, content: str = "data", format_version: int = 2,
+    *, content: str = "data", format_version: int = 2, attempt: str = "",
 ) -> ManifestRecord:
     """Write a manifest added by snapshot ``snapshot_id`` (sequence ``sequence_number``) and the Arrow copy
     of its entries; its manifest-list row comes back with them, sequence numbers resolved. The path range
-    kept is that of the data files the entries describe (``referenced_data_file`` for delete manifests)."""
-    name = f"{METADATA_DIR}/{uuid.uuid4()}-m0"
+    kept is that of the data files the entries describe (``referenced_data_file`` for delete manifests).
+    The file names start with ``attempt`` (see ``attempt_keys``)."""
+    name = f"{METADATA_DIR}/{attempt_prefix(attempt)}{uuid.uuid4()}-m0"
     fs, path = storage.arrow_path(f"{name}.avro")
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, content=content,
@@ -146,6 +147,20 @@ def write_manifest_record(
                    min_sequence_number=info.min_sequence_number if info.min_sequence_number is not None
                    else sequence_number)
     return ManifestRecord(info, entries_key, bounds["min"].as_py(), bounds["max"].as_py())
+
+
+def attempt_prefix(attempt: str) -> str:
+    """How the files one attempt at a snapshot writes with fresh names begin (manifests, their entry copies)."""
+    return f"{attempt}-" if attempt else ""
+
+
+def attempt_keys(storage: Storage, attempt: str) -> list[str]:
+    """Keys of the files written by the snapshot attempt ``attempt``: its manifests and their entry copies, its
+    manifest list and its state (every fresh name of an attempt holds its id). Content-addressed delete files
+    are not among them: their names do not depend on the attempt, and another run may use the same ones."""
+    if not attempt:
+        return []
+    return [e.key for e in storage.list_from(METADATA_DIR) if attempt in e.name]
 
 
 def read_entries(storage: Storage, record: ManifestRecord) -> pa.Table:

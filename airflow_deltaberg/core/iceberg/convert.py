@@ -6,16 +6,18 @@ per Delta commit after the last converted one, reusing the manifests a commit do
 Order of writes (each a new file, so a crash anywhere leaves the previous Iceberg state readable):
 manifests and their entry copies, the conversion state, the manifest list, ``v<N>.metadata.json``
 (write-if-absent), ``version-hint.text``, the catalog pointer. Snapshot ids and the table uuid derive
-from the Delta table, so running the same conversion again converges.
+from the Delta table, so running the same conversion again converges. An attempt that fails before its metadata
+file is written deletes the files it wrote (their names hold the attempt's id); a killed process leaves them,
+unreferenced.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -34,6 +36,7 @@ from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_ca
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ConversionState,
     ManifestRecord,
+    attempt_keys,
     data_path_column,
     read_entries,
     read_state,
@@ -60,6 +63,7 @@ from airflow_deltaberg.core.iceberg.publish import (
     dropped_metadata_files,
     ensure_version_hint,
     latest_metadata,
+    metadata_key,
     publish_metadata,
 )
 from airflow_deltaberg.core.iceberg.schema import (
@@ -178,7 +182,7 @@ def _commit_snapshot(storage: Storage, tip: _Tip, plan: SnapshotPlan, manifests:
         manifests = [replace(m, info=info) for m, info in zip(manifests, infos, strict=True)]
         lineage = RowLineage(first_row_id, next_id)
     state = ConversionState(plan.delta_version, dict(plan.delta_metadata), tuple(manifests))
-    list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{uuid.uuid4()}.avro"
+    list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{plan.attempt}.avro"
     write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)
     write_manifest_list(list_path, [m.info for m in manifests], plan.snapshot_id,
@@ -274,15 +278,43 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: _Tip, *,
     storage = table.storage
     plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options,
                          format_version)
-    manifests = (manifest_writer or _write_in_process)(storage, plan, snapshot)
-    summary = _summary(manifests, plan.snapshot_id)
-    # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
-    removed_files = tip.total_files
-    summary["deleted-data-files"], summary["deleted-records"] = str(removed_files), str(tip.total_records)
-    prev = tip.published.metadata if tip.published else None
-    new_tip = _commit_snapshot(storage, tip, plan, manifests, Operation.OVERWRITE if prev else Operation.APPEND,
-                               summary)
+    with _discarded_unless_published(storage, tip, plan):
+        manifests = (manifest_writer or _write_in_process)(storage, plan, snapshot)
+        summary = _summary(manifests, plan.snapshot_id)
+        # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
+        removed_files = tip.total_files
+        summary["deleted-data-files"], summary["deleted-records"] = str(removed_files), str(tip.total_records)
+        prev = tip.published.metadata if tip.published else None
+        new_tip = _commit_snapshot(storage, tip, plan, manifests, Operation.OVERWRITE if prev else Operation.APPEND,
+                                   summary)
     return new_tip, int(summary["added-data-files"]), removed_files
+
+
+@contextmanager
+def _discarded_unless_published(storage: Storage, tip: _Tip, plan: SnapshotPlan) -> Iterator[None]:
+    """Run one attempt at the snapshot of ``plan`` on top of ``tip``: when it fails before its metadata file is
+    published, the files it wrote (manifests, entry copies, manifest list, state) are deleted, so that a refused
+    or failed conversion leaves nothing behind. Once the metadata file names them they stay, whatever fails next."""
+    try:
+        yield
+    except BaseException:
+        version = (tip.published.version if tip.published else 0) + 1
+        if not _published_by(storage, version, plan.attempt):
+            try:
+                for key in attempt_keys(storage, plan.attempt):
+                    storage.delete(key)
+            except Exception as cleanup:  # noqa: BLE001 - the attempt's own error is the one to report
+                log.warning("%s: could not delete the files of a failed conversion attempt %s: %s", plan.table,
+                            plan.attempt, cleanup)
+        raise
+
+
+def _published_by(storage: Storage, version: int, attempt: str) -> bool:
+    """Whether metadata file ``version`` exists and is this attempt's (it names the attempt's manifest list)."""
+    try:
+        return attempt.encode() in storage.read(metadata_key(version))
+    except FileNotFoundError:
+        return False
 
 
 class _FallBackToFull(Exception):
@@ -343,7 +375,7 @@ def _remove_entries(
                                          pa.array(snap_ids, pa.int64()))
         return write_manifest_record(storage, rewritten, plan.converted.schema, plan.spec, plan.snapshot_id,
                                      plan.sequence_number, content="deletes" if content else "data",
-                                     format_version=plan.format_version)
+                                     format_version=plan.format_version, attempt=plan.attempt)
 
     # A removal spread over a partition touches a few manifests: they are rewritten two at a time.
     return two_at_a_time(without, manifests)
@@ -425,7 +457,8 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
         plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options,
                              format_version)
         try:
-            tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)
+            with _discarded_unless_published(table.storage, tip, plan):
+                tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)
         except StatsParseError as exc:  # raised by with_parsed_stats, which names the add
             raise CorruptLogError(exc.describe(), table=table.location, version=version,
                                   file=table.storage.uri(commit_key(version))) from exc

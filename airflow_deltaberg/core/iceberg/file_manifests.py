@@ -8,9 +8,10 @@ the driver writes the manifest list and metadata.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -48,6 +49,9 @@ class SnapshotPlan:
     snapshot_id: int
     sequence_number: int
     format_version: int = 2  # Iceberg table format: 3 writes deletion vectors in Puffin files
+    # Every file this attempt at the snapshot writes under a fresh name holds this id, so that a failed attempt's
+    # files can be found and deleted (two runs racing for the same snapshot have different ids).
+    attempt: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def metadata(self) -> Metadata:
@@ -139,7 +143,8 @@ def pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
 
 def _write_manifest(storage: Storage, plan: SnapshotPlan, entries: pa.Table, content: str) -> ManifestRecord:
     return write_manifest_record(storage, entries, plan.converted.schema, plan.spec, plan.snapshot_id,
-                                 plan.sequence_number, content=content, format_version=plan.format_version)
+                                 plan.sequence_number, content=content, format_version=plan.format_version,
+                                 attempt=plan.attempt)
 
 
 def two_at_a_time(write: Callable[[T], R], items: Sequence[T]) -> list[R]:
