@@ -17,6 +17,11 @@ and judge each outcome:
   unmutated table's rows when the mutation keeps them (``neutral`` or ``same_rows``), else reported for review
   (no oracle can judge it);
 * a conversion of a table the mutation says must be refused (``must_refuse``) fails the case;
+* a log that lies about its data files (fuzz_lies): a wrong record count or size, a filtered scan that loses rows
+  of a file its bounds exclude, or a file pyiceberg cannot read with the table's schema is no failure when
+  ``validate --data-checks --sample-files all`` reported that file under the matching rule (``flagged-<kind>``,
+  for review), and one when it did not; wherever validate reported such a lie and the conversion succeeded,
+  ``convert --verify-stats`` on a copy of the table must refuse it (typed, nothing written);
 * a neutral mutation must not be refused (the table is valid), by any command;
 * different rows are for review when the protocol leaves the outcome open (``ambiguous``) or when one reader
   returns the unmutated rows because it used the copy the mutation left alone (``also_held_by``);
@@ -48,6 +53,7 @@ from typing import Any
 
 from fuzz_cases import SELF_INCONSISTENT, CasePlan
 from fuzz_fixtures import COMMIT, COMPACTION, FixtureInfo, fixture_info
+from fuzz_lies import added_in, excuse_flagged, files_losing_rows, flagged_files, unreadable_files
 from fuzz_mutations import MUTATIONS, FuzzContext, NotApplicable, file_tree
 
 CALL_TIMEOUT_S = 60
@@ -72,6 +78,7 @@ class Finding:
     detail: str
     error_type: str = ""
     where: str = ""  # innermost airflow_deltaberg frame "file.py:line in function"
+    files: list[str] = field(default_factory=list)  # the data files at fault (local paths), when known
 
     @property
     def signature(self) -> str:
@@ -90,6 +97,8 @@ class CaseResult:
     must_refuse: str = ""
     #: another copy of the state the mutation changed (a checkpoint holding a changed commit...), if any
     also_held_by: str = ""
+    #: files validate reported under a rule for logs that lie about their data (fuzz_lies.flagged_files)
+    lies_flagged: list[dict[str, str]] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)  # command -> "exit 0" / "TypeName: message"
     findings: list[Finding] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -123,6 +132,10 @@ class CaseResult:
                  + (f"  [also held by {self.also_held_by}]" if self.also_held_by else "")]
         for command, outcome in self.outcomes.items():
             lines.append(f"  {command}: {outcome[:300]}")
+        if self.lies_flagged:
+            shown = "; ".join(f"{lie['rule']} {lie['path']}" for lie in self.lies_flagged[:4])
+            more = f" (and {len(self.lies_flagged) - 4} more)" if len(self.lies_flagged) > 4 else ""
+            lines.append(f"  validate reported lies of the log: {shown[:600]}{more}")
         for f in self.findings:
             lines.append(f"  {f.severity.upper()} {f.kind} ({f.command}): {f.detail[:1500]}")
             if f.where:
@@ -395,10 +408,12 @@ def data_file_checks(static: Any, result: CaseResult) -> None:
             continue
         if record_count != rows:
             result.findings.append(Finding("problem", "wrong-record-count", "iceberg",
-                                           f"{path}: record_count {record_count}, the file holds {rows} rows"))
+                                           f"{path}: record_count {record_count}, the file holds {rows} rows",
+                                           files=[os.path.normpath(local)]))
         if size_in_bytes != size:
             result.findings.append(Finding("problem", "wrong-file-size", "iceberg",
-                                           f"{path}: file_size_in_bytes {size_in_bytes}, the file has {size} bytes"))
+                                           f"{path}: file_size_in_bytes {size_in_bytes}, the file has {size} bytes",
+                                           files=[os.path.normpath(local)]))
 
 
 #: pyiceberg errors that mean "this data file path cannot be opened" (missing, a directory, an impossible name).
@@ -454,9 +469,14 @@ def filter_checks(static: Any, full: Any, rng: Any, result: CaseResult) -> None:
             continue
         want = full.filter(expected)
         if normalized(got, columns) != normalized(want, columns):
+            try:
+                at_fault = files_losing_rows(static, expr)
+            except Exception:  # noqa: BLE001 - then no file is singled out
+                at_fault = []
             result.findings.append(Finding("problem", "filter-loses-rows", "iceberg",
                                            f"{expr}: {got.num_rows} rows from the filtered scan, {want.num_rows} "
-                                           f"from the full scan filtered"))
+                                           f"from the full scan filtered" + (f"; pruned although they hold such "
+                                           f"rows: {at_fault[:3]}" if at_fault else ""), files=at_fault))
 
 
 # ------------------------------------------------------------------------------------------ the case
@@ -554,19 +574,23 @@ def _judge(plan: CasePlan, root: Path, fixtures_root: Path, result: CaseResult,
     refused: list[str] = []
     for command, argv, ok in (
         ("inspect", ["inspect", table, "--format", "json"], (0,)),
-        ("validate", ["validate", table, "--data-checks", "--format", "json"], (0, 1)),
+        ("validate", ["validate", table, "--data-checks", "--sample-files", "all", "--format", "json"], (0, 1)),
     ):
         progress(command)
         before = file_tree(root)
         t0 = time.perf_counter()
         run = run_cli(argv)
         result.seconds[command] = time.perf_counter() - t0
-        if not judge_cli(command, run, table, ok, result) and not run.timed_out:
+        if judge_cli(command, run, table, ok, result):
+            if command == "validate":
+                result.lies_flagged = flagged_files(run.stdout, root)
+        elif not run.timed_out:
             refused.append(command)
         changed = tree_diff(before, file_tree(root))
         if changed:
             result.findings.append(Finding("problem", "read-only-command-wrote", command, "; ".join(changed[:10])))
 
+    verify_copy = _copy_for_verify_stats(plan, root, result) if result.lies_flagged else None
     progress("convert")
     before = file_tree(root)
     t0 = time.perf_counter()
@@ -604,6 +628,44 @@ def _judge(plan: CasePlan, root: Path, fixtures_root: Path, result: CaseResult,
         result.findings.append(Finding("problem", "accepted-invalid-table", "convert",
                                        f"converted, but must refuse: {result.must_refuse}"))
     _check_conversion(plan, root, fixtures_root, run, result, progress)
+    excuse_flagged(result.findings, result.lies_flagged, result.also_held_by if plan.incremental else "")
+    if verify_copy is not None:
+        _check_verify_stats(verify_copy, result, progress)
+
+
+def _copy_for_verify_stats(plan: CasePlan, root: Path, result: CaseResult) -> Path:
+    """A copy of the mutated table, as the plain conversion finds it, for ``convert --verify-stats``. An
+    incremental case keeps the conversion of the previous version only when a reported file is added by the
+    newest commit (an incremental conversion verifies the files it adds); otherwise the copy converts in full."""
+    copy = root.parent / "verify-stats" / root.name
+    copy_table(root, copy)
+    commits = sorted(p for p in (root / "_delta_log").iterdir() if COMMIT.match(p.name))
+    added = added_in(commits[-1]) if commits else set()
+    if plan.incremental and not {lie["path"] for lie in result.lies_flagged} & added:
+        shutil.rmtree(copy / "_iceberg", ignore_errors=True)
+    return copy
+
+
+def _check_verify_stats(copy: Path, result: CaseResult, progress: Callable[..., None]) -> None:
+    """validate reported a lie of the log and the plain conversion succeeded: ``convert --verify-stats`` must
+    refuse the table (typed, nothing written)."""
+    progress("verify-stats")
+    command = "convert --verify-stats"
+    before = file_tree(copy)
+    t0 = time.perf_counter()
+    run = run_cli(["convert", str(copy), "--verify-stats", "--format", "json"])
+    result.seconds["verify-stats"] = time.perf_counter() - t0
+    if judge_cli(command, run, str(copy), (0,), result):
+        lie = result.lies_flagged[0]
+        result.findings.append(Finding("problem", "verify-stats-accepted-lie", command,
+                                       f"validate reported {lie['rule']} for {lie['path']} "
+                                       f"({len(result.lies_flagged)} report(s) in all), yet the conversion "
+                                       "with --verify-stats succeeded", files=[lie["local"]]))
+        return
+    changed = tree_diff(before, file_tree(copy))
+    if changed and not run.timed_out:
+        result.findings.append(Finding("problem", "refused-conversion-wrote", command, "; ".join(changed[:10]),
+                                       type(run.exception).__name__ if run.exception else "", run.where))
 
 
 def _check_conversion(plan: CasePlan, root: Path, fixtures_root: Path, run: CliRun, result: CaseResult,
@@ -636,9 +698,14 @@ def _check_conversion(plan: CasePlan, root: Path, fixtures_root: Path, run: CliR
         both_fail = delta_error is not None or bool(result.also_held_by)
         severity = ("review" if pyiceberg_limit or (unopenable and both_fail and not result.same_rows)
                     else "problem")
+        at_fault: list[str] = []
+        if severity == "problem":
+            files, _error = _oracle_call(lambda: unreadable_files(StaticTable.from_metadata(location)))
+            at_fault = files or []
         result.findings.append(Finding(severity, "iceberg-unreadable", "iceberg",
                                        f"{type(iceberg_error).__name__}: {str(iceberg_error)[:500]} (deltalake: "
-                                       f"{result.outcomes['deltalake']})", type(iceberg_error).__name__))
+                                       f"{result.outcomes['deltalake']})", type(iceberg_error).__name__,
+                                       files=at_fault))
         return
     static, rows = iceberg
     expected, against = delta, "the mutated table read by deltalake"

@@ -12,7 +12,7 @@ JSON-able, so a failure report shows them). Four keys of that dict are read by t
 * ``ambiguous``: the protocol leaves the outcome open (e.g. a log compaction file that disagrees with its
   commits: readers may use either). Different rows are reported for review, not as a failure.
 * ``must_refuse``: why a conversion must refuse this table (an unsupported reader version or feature, a data
-  path that leaves the table); a success is a failure.
+  path that leaves the table, two adds of one path in one commit); a success is a failure.
 
 Mutations of commits honour ``ctx.versions`` (the versions an incremental case may touch: the newest only).
 ``NotApplicable`` means the copy has nothing this mutation can change (the harness then reports the case as
@@ -360,7 +360,8 @@ def drop_action(ctx: FuzzContext) -> dict[str, Any]:
 
 @mutation(scope="commit", weight=3)
 def duplicate_action(ctx: FuzzContext) -> dict[str, Any]:
-    """Write one action line twice (same file), or copy it into another commit."""
+    """Write one action line twice (same file), or copy it into another commit. An add or a remove twice in a
+    commit a reader reads must be refused."""
     kind = pick_kind(ctx)
     ref = pick_action(ctx, kind)
     others = [p for p in commit_files(ctx) if p != ref.path]
@@ -372,7 +373,19 @@ def duplicate_action(ctx: FuzzContext) -> dict[str, Any]:
         return {"file": ctx.rel(ref.path), "line": ref.index + 1, "kind": kind, "copied_into": ctx.rel(target)}
     ref.lines.insert(ctx.rng.randrange(len(ref.lines) + 1), ref.lines[ref.index])
     write_lines(ref.path, ref.lines, True)
-    return {"file": ctx.rel(ref.path), "line": ref.index + 1, "kind": kind}
+    result = {"file": ctx.rel(ref.path), "line": ref.index + 1, "kind": kind}
+    if (kind in ("add", "remove") and COMMIT.match(ref.path.name) and _effective(ctx, ref.path)
+            and not _compacted(ctx, ref.path)):
+        # Protocol: a valid version holds at most one file action of each type (add/remove) per path.
+        result["must_refuse"] = f"two {kind} actions for one path in one commit"
+    return result
+
+
+def _compacted(ctx: FuzzContext, commit: Path) -> bool:
+    """Whether a log compaction file also holds this commit (a reader may use it instead of the commit)."""
+    version = int(commit.name[:20])
+    return any(int(m.group(1)) <= version <= int(m.group(2))
+               for p in compaction_files(ctx) if (m := COMPACTION.match(p.name)))
 
 
 @mutation(scope="commit")

@@ -16,8 +16,9 @@ from typing import Any
 from fuzz_cases import CasePlan
 from fuzz_harness import CALL_TIMEOUT_S, ORACLE_TIMEOUT_S, CaseResult, Finding, apply_expectations
 
-#: Beyond the alarms of the calls (three commands, the pre-conversion and the two readers): the worker is stuck.
-HARD_DEADLINE_S = 4 * CALL_TIMEOUT_S + 2 * ORACLE_TIMEOUT_S + 30
+#: Beyond the alarms of the calls (three commands, the pre-conversion, convert --verify-stats and the two readers):
+#: the worker is stuck.
+HARD_DEADLINE_S = 5 * CALL_TIMEOUT_S + 2 * ORACLE_TIMEOUT_S + 30
 #: A worker is replaced after this many cases (bounds memory growth of long runs).
 CASES_PER_WORKER = 150
 
@@ -126,7 +127,8 @@ def _timed_out(result: dict[str, Any]) -> bool:
 
 def _failed(plan: CasePlan, kind: str, detail: str, phase: str, mutation_args: Any = None) -> CaseResult:
     # Deaths in our own calls are ours; in the readers (deltalake, pyiceberg) they are the oracle's.
-    ours = phase in ("copy", "pre-convert", "mutate", "mutated", "inspect", "validate", "convert", "start")
+    ours = phase in ("copy", "pre-convert", "mutate", "mutated", "inspect", "validate", "convert", "verify-stats",
+                     "start")
     command = phase if ours else f"oracle:{phase}"
     result = CaseResult(plan.to_dict(), status="failed" if ours else "ok")
     if isinstance(mutation_args, dict):
