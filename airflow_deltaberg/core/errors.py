@@ -73,6 +73,14 @@ class StatsMismatchError(CorruptLogError):
     the data file."""
 
 
+class MissingDataFileError(DeltaError):
+    """A live data file of the Delta table is not in storage; ``file`` is the data file."""
+
+
+class CorruptDataFileError(DeltaError):
+    """A live data file of the Delta table cannot be read as parquet; ``file`` is the data file."""
+
+
 class MissingCheckpointPartError(CorruptLogError):
     """A checkpoint that the snapshot needs lacks a part or a sidecar."""
 

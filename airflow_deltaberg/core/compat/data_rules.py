@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContext, Finding, Location, Rule
+from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches, string_prefix_length
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
 
@@ -41,20 +40,11 @@ def sample_paths(ctx: CheckContext) -> list[str]:
     return ctx.adds.column("path").take(pa.array(rows)).to_pylist() if len(rows) else []
 
 
-def read_footer(ctx: CheckContext, path: str) -> pq.ParquetFile:
-    """The parquet metadata of a data file (only the footer is read)."""
+def read_footer(ctx: CheckContext, path: str) -> FileFooter:
+    """The parquet footer and size of a data file (only the footer is read), by its path in the log."""
     if path not in ctx._footers:
-        parts = urlsplit(path)
-        if parts.scheme or path.startswith("/"):
-            from airflow_deltaberg.core.storage import open_storage
-
-            # An absolute path is a URI: its directory is escaped like its file name.
-            directory, name = path.rsplit("/", 1)
-            storage, key = open_storage(unquote(directory)), unquote(name)
-        else:
-            storage, key = ctx.storage, unquote(path)
-        fs, full = storage.arrow_path(key)
-        ctx._footers[path] = pq.ParquetFile(full, filesystem=fs)
+        location = data_file_location(ctx.storage, path)
+        ctx._footers[path] = read_file_footer(ctx.storage, location, table=ctx.snapshot.table)
     return ctx._footers[path]  # type: ignore[return-value]
 
 

@@ -16,12 +16,13 @@ import pyarrow.compute as pc
 
 from airflow_deltaberg.core.delta import Snapshot
 from airflow_deltaberg.core.delta.actions import ActionBatch
+from airflow_deltaberg.core.delta.file_footer import read_file_footer
 from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches, string_prefix_length
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.stats import StatsParseError
 from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError
-from airflow_deltaberg.core.iceberg.data_files import MissingDataFileError, data_file_locations, open_parquet
+from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.file_manifests import with_parsed_stats
 from airflow_deltaberg.core.storage import Storage
 
@@ -65,7 +66,8 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
     wanted = [c for c in ("path", "stats_parsed", "deletionVector", "version") if c in files.column_names]
 
     def check(row: dict[str, Any], location: str) -> list[str]:
-        return stats_mismatches(row["stats_parsed"], _footer(location, storage), columns, string_prefix=prefix,
+        footer = read_file_footer(storage, location, table=table, context="; nothing was converted")
+        return stats_mismatches(row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
                                 has_deletion_vector=row.get("deletionVector") is not None)
 
     with ThreadPoolExecutor(max_workers=READERS) as pool:
@@ -87,10 +89,3 @@ def _slices(files: pa.Table) -> Iterator[pa.Table]:
     for offset in range(0, files.num_rows, SLICE_ROWS):
         yield files.slice(offset, SLICE_ROWS)
 
-
-def _footer(location: str, storage: Storage):  # noqa: ANN202 - pq.FileMetaData
-    try:
-        return open_parquet(location, storage).metadata
-    except FileNotFoundError as exc:
-        raise MissingDataFileError(f"data file {location} is live in the Delta log but missing from storage "
-                                   f"(table {storage.root}); nothing was converted") from exc
