@@ -10,7 +10,7 @@ error naming the table and the file.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import unquote
@@ -51,11 +51,11 @@ class FileFooter:
     def schema(self) -> pq.ParquetSchema:
         return self.metadata.schema
 
-    def read_column(self, name: str) -> pa.ChunkedArray:
-        """The values of the top-level column ``name`` (for checks the footer's statistics cannot answer)."""
+    def read_columns(self, names: Sequence[str]) -> pa.Table:
+        """The values of the top-level columns ``names`` (for what the footer's statistics cannot answer)."""
         with _typed_errors(self.table, self.location):
             with self.filesystem.open_input_file(self.path) as f:
-                return pq.ParquetFile(f).read(columns=[name], use_threads=False).column(0)
+                return pq.ParquetFile(f).read(columns=list(names), use_threads=False)
 
 
 def data_file_location(storage: Storage, path: str) -> str:

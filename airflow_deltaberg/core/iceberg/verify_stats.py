@@ -17,7 +17,12 @@ import pyarrow.compute as pc
 from airflow_deltaberg.core.delta import Snapshot
 from airflow_deltaberg.core.delta.actions import ActionBatch
 from airflow_deltaberg.core.delta.file_footer import read_file_footer
-from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches, string_prefix_length
+from airflow_deltaberg.core.delta.footer_stats import (
+    size_mismatch,
+    stats_columns,
+    stats_mismatches,
+    string_prefix_length,
+)
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.stats import StatsParseError
@@ -58,17 +63,19 @@ def verify_commit_stats(storage: Storage, table: str, actions: ActionBatch, meta
 
 
 def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, table: str) -> None:
-    """Check ``files`` (path, stats_parsed, version, deletionVector when there) against their footers; raise
-    StatsMismatchError naming the first file whose stats do not cover its data, and how many more there are in
-    the slice of files read with it."""
+    """Check ``files`` (path, size, stats_parsed, version, deletionVector when there) against the files: raise
+    StatsMismatchError naming the first file whose add action does not match it (stats that do not cover its
+    data, a size that is not its size), and how many more there are in the slice of files read with it."""
     columns = stats_columns(metadata.schema, metadata.column_mapping_mode, metadata.partition_columns)
     prefix = string_prefix_length(metadata.configuration)
-    wanted = [c for c in ("path", "stats_parsed", "deletionVector", "version") if c in files.column_names]
+    wanted = [c for c in ("path", "size", "stats_parsed", "deletionVector", "version") if c in files.column_names]
 
     def check(row: dict[str, Any], location: str) -> list[str]:
         footer = read_file_footer(storage, location, table=table, context="; nothing was converted")
-        return stats_mismatches(row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
-                                has_deletion_vector=row.get("deletionVector") is not None)
+        wrong_size = size_mismatch(row.get("size"), footer)
+        return ([wrong_size] if wrong_size else []) + stats_mismatches(
+            row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
+            has_deletion_vector=row.get("deletionVector") is not None, read_columns=footer.read_columns)
 
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         for part in _slices(files.select(wanted)):
@@ -79,9 +86,9 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
                 i, problems = found[0]
                 more = f"; {len(found) - 1} more file(s) among the {len(rows)} read with it" if len(found) > 1 else ""
                 raise StatsMismatchError(
-                    f"the Delta stats of data file {locations[i]} do not cover its data (parquet footer): "
+                    f"the add action of data file {locations[i]} does not match the file: "
                     f"{'; '.join(problems[:3])}{more}. Delta readers, and Iceberg readers of this conversion, "
-                    "would skip its rows: recompute its stats; nothing was converted",
+                    "would skip its rows or fail to read it: recompute its stats; nothing was converted",
                     table=table, version=rows[i].get("version"), file=locations[i])
 
 
