@@ -95,6 +95,28 @@ def check_adds(files: pa.Table, stats: pa.StructArray, locations: pa.Array, tabl
                           table=table, version=version)
 
 
+#: Iceberg keeps row counts, and their sums in manifest lists and snapshot summaries, as longs.
+LONG_LIMIT = 2**63
+
+
+def check_record_total(counts: pa.Array, files: pa.Table, locations: pa.Array, table: str) -> None:
+    """Refuse record counts whose sum does not fit a long: one of them cannot be a file's row count, and the
+    manifest list could not hold the sum. The error names the file with the largest count (and its add's version
+    when ``files`` has a ``version`` column)."""
+    values = np.asarray(counts.fill_null(0), dtype=np.int64)
+    if not len(values) or values.sum(dtype=np.float64) < 2.0**62:
+        return
+    total = sum(int(v) for v in values)  # exact: near the limit numpy would wrap
+    if total < LONG_LIMIT:
+        return
+    row = int(np.argmax(values))
+    location = locations[row].as_py()
+    version = files.column("version")[row].as_py() if "version" in files.column_names else None
+    raise CorruptLogError(f"the numRecords of the data files sum to {total}, beyond the long in which Iceberg keeps "
+                          f"row counts: numRecords {int(values[row])} of data file {location} cannot be its row "
+                          "count; nothing was converted", table=table, version=version, file=location)
+
+
 def data_file_entries(
     snapshot: Snapshot,
     converted: ConvertedSchema,
@@ -131,6 +153,7 @@ def entries_for_files(
     check_adds(files, stats, locations, table)
     # struct_field, not .field(): under a null stats struct the child's values are undefined.
     counts = record_counts(pc.struct_field(stats, "numRecords"), locations, storage, table)
+    check_record_total(counts, files, locations, table)
     prefix = int(metadata.configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
     metrics = file_metrics(stats, stat_columns(metadata.schema, converted.schema, mapped), prefix)
     physical = {f.name: (f.physical_name if mapped else f.name) for f in metadata.schema.fields}
