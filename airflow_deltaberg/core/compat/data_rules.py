@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContext, Finding, Location, Rule
 from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
+from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
     size_mismatch,
     stats_columns,
@@ -174,6 +175,18 @@ def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
                           + "; ".join(problems[:3]) + more, _file(row["path"]))
 
 
+def file_types_match_schema(ctx: CheckContext) -> Iterator[Finding]:
+    """The sampled files with a column of a type Delta could not have written for the schema's type, or without
+    a column (or with nulls in a column) the schema declares NOT NULL (``file_types``)."""
+    metadata = ctx.metadata
+    for path in sample_paths(ctx):
+        problems = type_mismatches(ctx.schema, metadata.column_mapping_mode, metadata.partition_columns,
+                                   read_footer(ctx, path).metadata)
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            yield Finding("the file does not match the schema: " + "; ".join(problems[:3]) + more, _file(path))
+
+
 DATA_RULES = [
     Rule("data.num-records", "Every live file has numRecords", ALL_LEVELS, num_records,
          "recompute stats (deltaberg enable --mode rewrite writes full stats)",
@@ -193,4 +206,10 @@ DATA_RULES = [
          "the data); until then Delta readers, and Iceberg readers of a conversion, skip rows of these files or "
          "cannot read them",
          "protocol: Per-file Statistics (numRecords, minValues, maxValues, nullCount); Add File size", data=True),
+    Rule("data.file-types-match-schema", "The columns of each file have the schema's types", ALL_LEVELS,
+         file_types_match_schema,
+         "rewrite the files named with the schema's types, or restore the schema they were written with; until "
+         "then Iceberg readers of a conversion refuse these files and Delta readers cast their values",
+         "protocol: Consistency Between Table Metadata and Data Files; Type Widening (delta.typeChanges)",
+         data=True),
 ]

@@ -1,8 +1,13 @@
-"""``convert(verify_stats=True)``: the Delta stats of every file a conversion lists, checked against the file's
-parquet footer (``core.delta.footer_stats``) before anything is written. A file whose stats do not cover its
-data stops the conversion with StatsMismatchError: converted, its Iceberg bounds would make readers skip rows.
+"""``convert(verify_stats=True)``: the add action of every file a conversion lists, checked against the file
+before anything is written: its stats against the file's data (``core.delta.footer_stats``: the footer's
+statistics, or the column's values where the footer has none), its size against the file's size, and the
+schema's types against the file's columns (``core.delta.file_types``). A file that does not match stops the
+conversion with StatsMismatchError: converted, its Iceberg bounds would make readers skip rows, its size or its
+types would make them fail. The checks are the ones ``validate --data-checks`` makes (data.stats-cover-data,
+data.file-types-match-schema), on every file instead of a sample.
 
-Off by default: it reads the footer of every file (a full conversion) or of every added file (incremental).
+Off by default: it reads the footer of every file (a full conversion) or of every added file (incremental), and
+the values of the columns whose footer statistics are missing.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import pyarrow.compute as pc
 from airflow_deltaberg.core.delta import Snapshot
 from airflow_deltaberg.core.delta.actions import ActionBatch
 from airflow_deltaberg.core.delta.file_footer import read_file_footer
+from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
     size_mismatch,
     stats_columns,
@@ -66,14 +72,17 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
     """Check ``files`` (path, size, stats_parsed, version, deletionVector when there) against the files: raise
     StatsMismatchError naming the first file whose add action does not match it (stats that do not cover its
     data, a size that is not its size), and how many more there are in the slice of files read with it."""
-    columns = stats_columns(metadata.schema, metadata.column_mapping_mode, metadata.partition_columns)
+    mode, partition_columns = metadata.column_mapping_mode, metadata.partition_columns
+    columns = stats_columns(metadata.schema, mode, partition_columns)
     prefix = string_prefix_length(metadata.configuration)
     wanted = [c for c in ("path", "size", "stats_parsed", "deletionVector", "version") if c in files.column_names]
 
     def check(row: dict[str, Any], location: str) -> list[str]:
         footer = read_file_footer(storage, location, table=table, context="; nothing was converted")
         wrong_size = size_mismatch(row.get("size"), footer)
-        return ([wrong_size] if wrong_size else []) + stats_mismatches(
+        problems = type_mismatches(metadata.schema, mode, partition_columns, footer.metadata)
+        problems += [wrong_size] if wrong_size else []
+        return problems + stats_mismatches(
             row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
             has_deletion_vector=row.get("deletionVector") is not None, read_columns=footer.read_columns)
 
@@ -88,7 +97,8 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
                 raise StatsMismatchError(
                     f"the add action of data file {locations[i]} does not match the file: "
                     f"{'; '.join(problems[:3])}{more}. Delta readers, and Iceberg readers of this conversion, "
-                    "would skip its rows or fail to read it: recompute its stats; nothing was converted",
+                    "would skip its rows or fail to read it: recompute its stats and size, or rewrite it with the "
+                    "schema's types; nothing was converted",
                     table=table, version=rows[i].get("version"), file=locations[i])
 
 
