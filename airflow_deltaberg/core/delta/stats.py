@@ -169,6 +169,7 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
         stats = stats.combine_chunks()
     if stats.null_count == n:
         return pa.nulls(n, target)
+    stats = _as_text(stats)
     present = stats.drop_null() if stats.null_count else stats
     _check_objects(present, stats)
     parse_type = _json_parse_type(target)
@@ -200,6 +201,27 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
         row, what = bad
         raise StatsParseError(f"stats whose {what} is below 0 (a count): {stats[row].as_py()[:120]!r}", row)
     return result
+
+
+def _as_text(stats: pa.Array) -> pa.Array:
+    """The stats as a string column: binary and large columns (a checkpoint written with another type for
+    ``add.stats``) are read as UTF-8 text; any other type raises StatsParseError naming the first value."""
+    if pa.types.is_string(stats.type):
+        return stats
+    first = int(np.flatnonzero(to_numpy(stats.is_valid()))[0])
+    if not (pa.types.is_large_string(stats.type) or pa.types.is_binary(stats.type)
+            or pa.types.is_large_binary(stats.type)):
+        raise StatsParseError(f"stats that are not JSON text (a column of {stats.type}): {stats[first]}", first)
+    try:
+        return stats.cast(pa.string())
+    except pa.ArrowInvalid:
+        for i, value in enumerate(stats.to_pylist()):  # only to name the row at fault
+            try:
+                if isinstance(value, bytes):
+                    value.decode()
+            except UnicodeDecodeError as exc:
+                raise StatsParseError(f"stats that are not UTF-8 text ({exc})", i) from exc
+        raise
 
 
 def _nulls_inherited(arr: pa.Array) -> pa.Array:
