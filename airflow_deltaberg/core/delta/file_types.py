@@ -27,6 +27,7 @@ written): fine unless the schema says NOT NULL. Partition columns may be in the 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -174,18 +175,25 @@ def _leaf_count(t: pa.DataType) -> int:
     return 1
 
 
-def _logical(column: pq.ColumnSchema) -> dict[str, Any]:
+def logical_type(column: pq.ColumnSchema) -> dict[str, Any]:
+    """A parquet column's logical type as its JSON object (``{"Type": "None"}`` when it has none)."""
+    return dict(_parsed_logical(column.logical_type.to_json())) if column.logical_type is not None else {}
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_logical(text: str) -> tuple[tuple[str, Any], ...]:
+    """A logical type's JSON as items (files repeat a handful of them: parsed once)."""
     try:
-        logical = json.loads(column.logical_type.to_json()) if column.logical_type is not None else {}
+        logical = json.loads(text)
     except ValueError:
-        logical = {}
-    return logical if isinstance(logical, dict) else {}
+        return ()
+    return tuple(logical.items()) if isinstance(logical, dict) else ()
 
 
 def _written_as(type_name: str, column: pq.ColumnSchema) -> bool:
     """Whether Delta writes type ``type_name`` as this parquet column."""
     physical = column.physical_type
-    logical = _logical(column)
+    logical = logical_type(column)
     kind = logical.get("Type", "None")
     signed_int = kind == "None" or (kind == "Int" and logical.get("isSigned", True))
     if type_name in _INT32_TYPES:
@@ -225,7 +233,7 @@ def _describe(ft: pa.DataType, footer: pq.FileMetaData, leaf: int) -> str:
     if pa.types.is_list(ft) or pa.types.is_large_list(ft) or pa.types.is_fixed_size_list(ft):
         return "a list"
     column = footer.schema.column(leaf)
-    logical = _logical(column)
+    logical = logical_type(column)
     kind = logical.pop("Type", "None")
     if kind == "None":
         return column.physical_type

@@ -34,7 +34,6 @@ What counts as covering, by Delta's own rules (PROTOCOL.md, "Per-file Statistics
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.delta.file_types import logical_type
 from airflow_deltaberg.core.delta.schema import PrimitiveType, StructField, StructType
 
 FIELD_ID = b"PARQUET:field_id"
@@ -437,10 +437,7 @@ def _values_converter(arrow_type: pa.DataType, t: PrimitiveType) -> Callable[[pa
 def _footer_converter(column: pq.ColumnSchema, t: PrimitiveType) -> Any:
     """A function (statistics, minimum?) -> comparable value, for a footer column read as Delta type ``t``."""
     physical = column.physical_type
-    try:
-        logical = json.loads(column.logical_type.to_json()) if column.logical_type is not None else {}
-    except ValueError:
-        logical = {}
+    logical = logical_type(column)
     kind_of_file = logical.get("Type", "None")
     kind = _kind(t)
     plain_int = physical in ("INT32", "INT64") and (kind_of_file == "None" or
