@@ -104,3 +104,11 @@ def test_stats_held_as_binary_or_large_strings_parse_as_text() -> None:
     with pytest.raises(StatsParseError, match="not UTF-8") as info:
         parse_stats(pa.array([GOOD.encode(), b'{"numRecords":\xff}'], pa.binary()), SCHEMA)
     assert info.value.row == 1
+
+
+def test_stats_strings_holding_invalid_utf8_name_their_row() -> None:
+    """A commit line with a byte that is not UTF-8 (fuzz 530: the log reader keeps its bytes in a string column)."""
+    raw = [GOOD.encode(), b'{"numRecords":1,"minValues":{"s":"\x80"},"maxValues":{"s":"\x80"}}', GOOD.encode()]
+    with pytest.raises(StatsParseError, match="not UTF-8") as info:
+        parse_stats(pa.array(raw, pa.binary()).view(pa.string()), SCHEMA)
+    assert info.value.row == 1
