@@ -68,9 +68,17 @@ class PathOutsideTableError(CorruptLogError):
 
 
 class StatsMismatchError(CorruptLogError):
-    """A data file's Delta stats do not cover its data (its parquet footer says otherwise): Delta readers, and
-    Iceberg readers of a conversion, would skip its rows. Raised by ``convert(verify_stats=True)``; ``file`` is
-    the data file."""
+    """A data file's add action does not match the file: its Delta stats do not cover its data, its size is not
+    the file's, or the schema's types are not the file's. Delta readers, and Iceberg readers of a conversion, would
+    skip its rows or fail to read it. Raised by ``convert(verify_stats=True)``; ``file`` is the data file."""
+
+
+class MissingDataFileError(DeltaError):
+    """A live data file of the Delta table is not in storage; ``file`` is the data file."""
+
+
+class CorruptDataFileError(DeltaError):
+    """A live data file of the Delta table cannot be read as parquet; ``file`` is the data file."""
 
 
 class MissingCheckpointPartError(CorruptLogError):

@@ -19,6 +19,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,8 +45,16 @@ class FileEntry:
 class Storage(ABC):
     """Keyed access to the files below one root location."""
 
+    #: The storage options ``open_storage`` was given: a file of the table that lies elsewhere (an absolute path
+    #: of a shallow clone) is opened with the same ones (``open_other``).
+    storage_options: Mapping[str, Any] = MappingProxyType({})
+
     def __init__(self, root: str):
         self.root = root.rstrip("/") or "/"
+
+    def open_other(self, location: str) -> Storage:
+        """A Storage rooted at another ``location``, opened with this one's storage options."""
+        return open_storage(location, self.storage_options)
 
     def uri(self, key: str) -> str:
         """The full location of a key, for messages and for engines that need absolute paths."""
@@ -572,12 +581,14 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
     messages hold no value of a secret option (see core.redact).
     """
     scheme = urlsplit(location).scheme
+    options = dict(storage_options or {})
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
-        return LocalStorage(location)
+        local = LocalStorage(location)
+        local.storage_options = MappingProxyType(options)
+        return local
     if location_secrets(location):
         raise StorageConfigError(f"{location_text(location)}: credentials in the location URL are not supported; "
                                  "give them as storage options")
-    options = dict(storage_options or {})
     redactor = redactor_for(location, options)
     endpoint = options.get("endpoint_url") if isinstance(options.get("endpoint_url"), str) else None
     try:
@@ -604,4 +615,6 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
             error = StorageConfigError(redactor(f"{location}: the {known.__name__} storage options do not work: "
                                                 f"{type(exc).__name__}: {exc}"))
         raise error from _shown_cause(exc, redactor)
-    return FsspecStorage(location, fs, root_path, endpoint=endpoint, redactor=redactor)
+    storage = FsspecStorage(location, fs, root_path, endpoint=endpoint, redactor=redactor)
+    storage.storage_options = MappingProxyType(options)
+    return storage

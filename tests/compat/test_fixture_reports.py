@@ -18,7 +18,7 @@ import pytest
 from airflow_deltaberg.core.compat import ComplianceReport, Level, rules_for, validate, validate_snapshot
 from airflow_deltaberg.core.compat.model import Location
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
-from airflow_deltaberg.core.errors import DeltabergError, NotADeltaTableError
+from airflow_deltaberg.core.errors import MissingDataFileError, NotADeltaTableError
 
 #: As in tests/conftest.py (not importable by name: other test directories have a conftest module too).
 FIXTURES_DIR = Path(__file__).resolve().parents[2].parent / "shared/fixtures/delta"
@@ -85,8 +85,10 @@ def test_data_checks_on_a_table_without_its_files_is_an_error(name: str, fixture
     table, snapshot = _load(name)
     first = snapshot.state.adds.column("path")[0].as_py()
     assert not (fixtures_dir / name / unquote(first)).exists()
-    with pytest.raises(DeltabergError, match=r"rule data\.[a-z0-9-]+ could not read what it checks"):
+    with pytest.raises(MissingDataFileError, match="missing from storage") as info:
         validate_snapshot(snapshot, table, WV1, data_checks=True)
+    assert info.value.table == str(fixtures_dir / name) and info.value.file is not None
+    assert unquote(first) in info.value.file
 
 
 def test_crc_malformed_is_not_a_delta_table(fixtures_dir: Path) -> None:

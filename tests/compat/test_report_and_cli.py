@@ -227,7 +227,7 @@ def test_cli_exit_2_on_errors(case: str, tmp_path: Path, bad: Path, fixtures_dir
         "missing": ((str(tmp_path / "nowhere"),), "NotADeltaTableError"),
         "version": ((str(bad), "--version", "7"), "VersionNotFoundError"),
         # The log names data files the fixture does not hold.
-        "data-files": ((str(fixtures_dir / "app-txn-with-last-updated"), "--data-checks"), "StorageError"),
+        "data-files": ((str(fixtures_dir / "app-txn-with-last-updated"), "--data-checks"), "MissingDataFileError"),
     }[case]
     result = run(*args)
     assert result.returncode == 2

@@ -438,6 +438,14 @@ def break_stats(p: Path) -> Broken:
     return t.path, _file_locations(adds[:1])
 
 
+def break_file_types(p: Path) -> Broken:
+    """The schema says string for ``id`` after files were written with int64 ids (a schema that lies)."""
+    t = _partitioned(p)
+    adds = add_files(t, rows())
+    edit_field(t, "id", lambda f: f.update(type="string"))
+    return t.path, _file_locations(adds)
+
+
 def keep(p: Path) -> Path:
     return compliant(p).path
 
@@ -488,6 +496,7 @@ CASES: dict[str, Case] = {
     "data.timestamp-int64": Case(V2, break_int96, keep, data_checks=True),
     "data.parquet-field-ids": Case(V2, break_field_ids, keep, data_checks=True),
     "data.stats-cover-data": Case(V2, break_stats, keep, data_checks=True),
+    "data.file-types-match-schema": Case(V2, break_file_types, keep, data_checks=True),
 }
 
 RULE_IDS = sorted(RULES_BY_ID)

@@ -25,7 +25,11 @@ KEY_TABLES = ["stats-writing-all-types/delta", "timestamp-truncation-stats", "da
               "basic-decimal-table", "table-with-dv-small", "type-widening"]
 
 
-@pytest.mark.fixture_tables(exclude=(NOT_A_TABLE, *WITHOUT_DATA_FILES))
+#: Tables whose logs lie about their data as shipped: parsed-stats' files have no ts_col, its stats say nullCount 0.
+LYING_FIXTURES = ("parsed-stats",)
+
+
+@pytest.mark.fixture_tables(exclude=(NOT_A_TABLE, *WITHOUT_DATA_FILES, *LYING_FIXTURES))
 def test_no_fixture_table_is_flagged(fixture_table: str, fixtures_dir: Path) -> None:
     report = validate(str(fixtures_dir / fixture_table), "compat-v2", data_checks=True, sample_size=None)
     assert RULE in report.rules_checked
@@ -86,3 +90,39 @@ def test_a_falsified_file_of_a_key_table_is_flagged(name: str, change: Callable[
         assert found == []  # bounds of a file with a deletion vector describe its rows not deleted: not compared
         return
     assert [v.location for v in found] == [Location("file", path)], [v.message for v in found]
+
+
+def test_the_parsed_stats_fixture_claims_a_column_its_files_do_not_have(fixtures_dir: Path) -> None:
+    """Its data files have no ts_col (every reader reads nulls), its stats give nullCount 0 and bounds: Delta's
+    data skipping, and Iceberg's through the converted bounds, drop every file for ``ts_col IS NULL``."""
+    report = validate(str(fixtures_dir / "parsed-stats"), "compat-v2", data_checks=True, sample_size=None)
+    found = [v for v in report.violations if v.rule_id == RULE]
+    assert len(found) == report.files_sampled == 6
+    for violation in found:
+        assert "column ts_col: not in the file (every value null), but the stats give a minValues, a maxValues, " \
+               "a nullCount of 0 (of 100 rows)" in violation.message, violation.message
+
+
+#: Files without footer statistics (Photon writes none; INT96 timestamps have no usable order): the rule reads the
+#: values of the column. (table, column, a maximum below the file's largest value)
+UNSTATED_BOUNDS = [("compacted-log-files-table", "comment", "0000"),
+                   ("timestamp-partitioned-table", "id", 0),
+                   ("external-table-different-nullability", "i", 6),
+                   ("timestamp-truncation-stats", "ts_col", "1970-01-01T00:00:07.000Z")]
+
+
+@pytest.mark.parametrize(("name", "column", "maximum"), UNSTATED_BOUNDS, ids=[t[0] for t in UNSTATED_BOUNDS])
+def test_a_lying_maximum_is_flagged_where_the_footer_states_no_bounds(
+        name: str, column: str, maximum: Any, copy_fixture: Callable[[str], Path]) -> None:
+    table = copy_fixture(name)
+
+    def lower(stats: dict[str, Any]) -> bool:
+        assert column in stats["maxValues"] and stats["maxValues"][column] != maximum
+        stats["maxValues"][column] = maximum
+        return True
+
+    path = _falsify(table, lower)
+    report = validate(str(table), "compat-v2", data_checks=True, sample_size=None)
+    found = [v for v in report.violations if v.rule_id == RULE]
+    assert [v.location for v in found] == [Location("file", path)], [v.message for v in found]
+    assert f"column {column}: maxValues" in found[0].message

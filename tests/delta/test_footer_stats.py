@@ -13,9 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches
+from airflow_deltaberg.core.delta.file_footer import FileFooter, read_file_footer
+from airflow_deltaberg.core.delta.footer_stats import size_mismatch, stats_columns, stats_mismatches
 from airflow_deltaberg.core.delta.schema import StructType, parse_schema
 from airflow_deltaberg.core.delta.stats import parse_stats
+from airflow_deltaberg.core.storage import open_storage
 
 UTC = dt.timezone.utc
 
@@ -200,7 +202,10 @@ def test_nested_struct_leaves_under_column_mapping(tmp_path: Path) -> None:
     renamed = arrow_schema.set(0, arrow_schema.field(0).with_name("other"))
     meta = footer(tmp_path, pa.table({"other": [1, 2, 3], "col-st": table.column("col-st")}, schema=renamed))
     assert len(check(schema, {**stats, "minValues": {"col-id": 2}}, meta, "id")) == 1
-    assert check(schema, {**stats, "minValues": {"col-id": 2}}, meta, "name") == []  # no such column: skipped
+    # Name mode: the file has no column col-id (its readers read nulls), so no bound can hold.
+    problems = check(schema, {**stats, "minValues": {"col-id": 2}}, meta, "name")
+    assert problems == ["column id: not in the file (every value null), but the stats give a minValues, a "
+                        "maxValues, a nullCount of 0 (of 3 rows)"], problems
 
 
 def test_columns_without_footer_statistics_or_comparable_types_are_skipped(tmp_path: Path) -> None:
@@ -237,3 +242,112 @@ def test_one_bound_alone_is_checked(stats: dict[str, Any], tmp_path: Path) -> No
     schema = delta_schema(("n", "long"))
     meta = footer(tmp_path, pa.table({"n": [1, 2]}))
     assert check(schema, stats, meta) == []
+
+
+# -- a column absent from the file (issue 11, A6a) ------------------------------------------------------------
+
+
+def test_a_column_absent_from_the_file_is_all_null_so_its_stats_must_say_so(tmp_path: Path) -> None:
+    """The fixture parsed-stats: its files have no ts_col (added to the schema by a writer that wrote none), its
+    stats say nullCount 0 and give bounds. Readers read nulls; ``ts_col IS NULL`` data skipping loses every row."""
+    schema = delta_schema(("id", "long"), ("ts_col", "timestamp"))
+    meta = footer(tmp_path, pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    base = {"numRecords": 3, "minValues": {"id": 1}, "maxValues": {"id": 3}, "nullCount": {"id": 0}}
+    honest = {**base, "nullCount": {"id": 0, "ts_col": 3}}
+    assert check(schema, honest, meta) == []
+    assert check(schema, base, meta) == []  # no stats for it at all: nothing claimed
+    lying = {"numRecords": 3, "minValues": {"id": 1, "ts_col": "1970-01-01T00:00:01.000Z"},
+             "maxValues": {"id": 3, "ts_col": "1970-01-01T00:00:02.000Z"}, "nullCount": {"id": 0, "ts_col": 0}}
+    assert check(schema, lying, meta) == ["column ts_col: not in the file (every value null), but the stats give a "
+                                          "minValues, a maxValues, a nullCount of 0 (of 3 rows)"]
+    assert check(schema, {**honest, "nullCount": {"id": 0, "ts_col": 2}}, meta) == [
+        "column ts_col: not in the file (every value null), but the stats give a nullCount of 2 (of 3 rows)"]
+    # Wide bounds: a null count below the rows may be an undercount, 0 may not.
+    assert check(schema, {**honest, "nullCount": {"id": 0, "ts_col": 2}, "tightBounds": False}, meta) == []
+    assert len(check(schema, {**honest, "nullCount": {"id": 0, "ts_col": 0}, "tightBounds": False}, meta)) == 1
+    # A deletion vector: the null count describes the rows not deleted; bounds are still impossible.
+    assert check(schema, {**honest, "nullCount": {"id": 0, "ts_col": 1}}, meta, has_deletion_vector=True) == []
+    assert len(check(schema, lying, meta, has_deletion_vector=True)) == 1
+
+
+def test_an_absent_nested_leaf_is_flagged_and_a_footer_out_of_step_is_not(tmp_path: Path) -> None:
+    struct_type = {"type": "struct", "fields": [{"name": "x", "type": "long", "nullable": True, "metadata": {}},
+                                                {"name": "y", "type": "long", "nullable": True, "metadata": {}}]}
+    schema = delta_schema(("st", struct_type))
+    meta = footer(tmp_path, pa.table({"st": pa.array([{"x": 1}, {"x": 2}], pa.struct([("x", pa.int64())]))}))
+    stats = {"numRecords": 2, "minValues": {"st": {"x": 1}}, "maxValues": {"st": {"x": 2}},
+             "nullCount": {"st": {"x": 0, "y": 0}}}
+    assert check(schema, stats, meta) == [
+        "column st.y: not in the file (every value null), but the stats give a nullCount of 0 (of 2 rows)"]
+
+
+# -- footers without statistics: the values are read (issue 11, A6b) -------------------------------------------
+
+
+def footer_of(tmp_path: Path, table: pa.Table, **options: Any) -> FileFooter:
+    target = tmp_path / f"f{len(list(tmp_path.iterdir()))}.parquet"
+    pq.write_table(table, target, **options)
+    return read_file_footer(open_storage(str(tmp_path)), str(target), table=str(tmp_path))
+
+
+def check_file(schema: StructType, stats: dict[str, Any], found: FileFooter, **kwargs: Any) -> list[str]:
+    return stats_mismatches(parsed(stats, schema), found.metadata, stats_columns(schema, "none"),
+                            read_columns=found.read_columns, **kwargs)
+
+
+def test_a_footer_without_statistics_is_checked_against_the_values(tmp_path: Path) -> None:
+    """Photon (Databricks) writes no min/max in its footers: the bounds come from the column's values."""
+    struct_type = {"type": "struct", "fields": [{"name": "s", "type": "string", "nullable": True, "metadata": {}}]}
+    schema = delta_schema(("n", "long"), ("c", "string"), ("d", "decimal(5,2)"), ("day", "date"),
+                          ("st", struct_type), ("f", "float"))
+    table = pa.table({
+        "n": pa.array([5, None, 1], pa.int64()),
+        "c": pa.array(["new", "after", ""], pa.string()).dictionary_encode(),
+        "d": pa.array([Decimal("1.50"), Decimal("-2.25"), None], pa.decimal128(5, 2)),
+        "day": pa.array([dt.date(2024, 1, 2), dt.date(2023, 5, 6), None], pa.date32()),
+        "st": pa.array([{"s": "b"}, None, {"s": "a"}], pa.struct([("s", pa.string())])),
+        "f": pa.array([0.1, float("nan"), -3.5], pa.float32()),
+    })
+    found = footer_of(tmp_path, table, write_statistics=False)
+    honest = {"numRecords": 3,
+              "minValues": {"n": 1, "c": "", "d": "-2.25", "day": "2023-05-06", "st": {"s": "a"}, "f": -3.5},
+              "maxValues": {"n": 5, "c": "new", "d": "1.50", "day": "2024-01-02", "st": {"s": "b"}, "f": 0.1},
+              "nullCount": {"n": 1, "c": 0, "d": 1, "day": 1, "st": {"s": 1}, "f": 0}}
+    assert check_file(schema, honest, found) == []
+    assert check(schema, {**honest, "maxValues": {"c": "0000"}}, found.metadata) == []  # the footer alone: silent
+    lies = {"maxValues": {"n": 4}, "minValues": {"c": "a"}, "nullCount": {"d": 0}}
+    for part, values in lies.items():
+        problems = check_file(schema, {**honest, part: {**honest[part], **values}}, found)
+        (column,) = values
+        assert len(problems) == 1 and problems[0].startswith(f"column {column}: {part} "), problems
+    problems = check_file(schema, {**honest, "maxValues": {**honest["maxValues"], "st": {"s": "a"}}}, found)
+    assert len(problems) == 1 and problems[0].startswith("column st.s: maxValues 'a'"), problems
+    problems = check_file(schema, {**honest, "minValues": {**honest["minValues"], "day": "2023-05-07"}}, found)
+    assert len(problems) == 1 and "2023-05-06" in problems[0], problems
+
+
+def test_int96_timestamps_are_checked_against_the_values(tmp_path: Path) -> None:
+    """INT96 footers carry no usable bounds (their order is undefined): Spark's INT96 files are checked by value."""
+    schema = delta_schema(("ts", "timestamp"))
+    found = footer_of(tmp_path, ts_table(), use_deprecated_int96_timestamps=True)
+    assert found.metadata.schema.column(0).physical_type == "INT96"
+    low, high = "2024-01-01T00:00:01.000Z", "2024-01-01T00:00:04.000Z"
+    assert check_file(schema, ts_stats(low, high), found) == []
+    problems = check_file(schema, ts_stats("2024-01-01T00:00:01.001Z", high), found)
+    assert len(problems) == 1 and problems[0].startswith("column ts: minValues"), problems
+    assert len(check_file(schema, ts_stats(low, "2024-01-01T00:00:03.999Z"), found)) == 1
+    # A deletion vector: the bounds describe the rows not deleted; the values are not read for them.
+    assert check_file(schema, ts_stats("2024-01-01T00:00:02.000Z", high, nulls=0), found,
+                      has_deletion_vector=True) == []
+
+
+# -- the size of the file (issue 11, B2) ----------------------------------------------------------------------
+
+
+def test_the_logged_size_must_be_the_files(tmp_path: Path) -> None:
+    found = footer_of(tmp_path, pa.table({"n": [1, 2]}))
+    real = (tmp_path / "f0.parquet").stat().st_size
+    assert found.size == real
+    assert size_mismatch(real, found) is None
+    for wrong in (real + 1, 2**31 - 1, 2**63 - 1, 1):
+        assert size_mismatch(wrong, found) == f"size {wrong} but the file has {real} bytes"

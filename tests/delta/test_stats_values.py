@@ -84,3 +84,31 @@ def test_a_bounds_struct_that_is_not_an_object_has_null_children() -> None:
     # Readers of a child (Iceberg metrics) look at the child alone: it must be null under a null struct.
     assert parsed.field("maxValues").field("a").to_pylist() == [9, None]
     assert pc.struct_field(parsed, ["maxValues", "a"]).to_pylist() == [9, None]
+
+
+# -- a stats column of another type (a checkpoint whose add.stats is not a string column; fuzz 857, 5005) ---------
+
+
+@pytest.mark.parametrize("values", [pa.array([None, 5, 7], pa.int64()), pa.array([None, 1.5, None]),
+                                    pa.array([None, [1], None], pa.list_(pa.int64()))], ids=["int64", "double", "list"])
+def test_stats_that_are_not_text_name_their_first_row(values: pa.Array) -> None:
+    with pytest.raises(StatsParseError, match="not JSON text") as info:
+        parse_stats(values, SCHEMA)
+    assert info.value.row == 1
+
+
+def test_stats_held_as_binary_or_large_strings_parse_as_text() -> None:
+    for values in (pa.array([GOOD.encode(), None], pa.binary()), pa.array([GOOD, None], pa.large_string()),
+                   pa.array([GOOD.encode(), None], pa.large_binary())):
+        assert [r and r["maxValues"]["a"] for r in parse_stats(values, SCHEMA).to_pylist()] == [9, None]
+    with pytest.raises(StatsParseError, match="not UTF-8") as info:
+        parse_stats(pa.array([GOOD.encode(), b'{"numRecords":\xff}'], pa.binary()), SCHEMA)
+    assert info.value.row == 1
+
+
+def test_stats_strings_holding_invalid_utf8_name_their_row() -> None:
+    """A commit line with a byte that is not UTF-8 (fuzz 530: the log reader keeps its bytes in a string column)."""
+    raw = [GOOD.encode(), b'{"numRecords":1,"minValues":{"s":"\x80"},"maxValues":{"s":"\x80"}}', GOOD.encode()]
+    with pytest.raises(StatsParseError, match="not UTF-8") as info:
+        parse_stats(pa.array(raw, pa.binary()).view(pa.string()), SCHEMA)
+    assert info.value.row == 1

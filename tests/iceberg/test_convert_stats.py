@@ -323,3 +323,23 @@ def test_num_records_zero_in_a_checkpoints_typed_stats_reads_the_footer(copy_fix
     rows = QueryBuilder().register("t", DeltalakeTable(str(path))).execute("SELECT id FROM t")
     expected = sorted(pa.table(rows).column("id").to_pylist())
     assert iceberg_ids(result) == expected and len(expected) == 5
+
+
+# -- record counts whose sum overflows the manifest list's longs (issue 11, D05) --------------------------------
+
+
+@pytest.mark.parametrize("liars", [1, 2], ids=["one-file", "two-files"])
+def test_num_records_summing_beyond_int64_are_refused_before_anything_is_written(liars: int,
+                                                                                 tmp_path: Path) -> None:
+    """Each count fits a long, their sum does not: Iceberg's manifest list holds row count sums as longs."""
+    path = tmp_path / "t"
+    make_table(path)
+    liar_files = {version: edit_add(path, version, change_stats(lambda s: s.update(numRecords=2**63 - 1)))
+                  for version in range(BAD_VERSION, BAD_VERSION + liars)}
+    with pytest.raises(CorruptLogError) as info:
+        convert(str(path))
+    message = str(info.value)
+    assert "numRecords 9223372036854775807" in message and "sum" in message, message
+    assert info.value.version in liar_files and str(path) in message, message
+    assert info.value.file is not None and info.value.file.endswith(liar_files[info.value.version]), message
+    assert not (path / "_iceberg").exists(), sorted(p.name for p in (path / "_iceberg").rglob("*"))

@@ -11,7 +11,9 @@ import datetime as dt
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,8 +22,10 @@ from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
+from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import StatsMismatchError
 from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.iceberg.verify_stats import verify_snapshot_stats
 
 DELTABERG = str(Path(sys.executable).parent / "deltaberg")
 RULE = "data.stats-cover-data"
@@ -159,3 +163,67 @@ def test_sample_files_must_be_a_count_or_all(value: str, tmp_path: Path) -> None
     result = run("validate", str(path), "--data-checks", "--sample-files", value)
     assert result.returncode == 2
     assert "--sample-files" in result.stderr and result.stdout == ""
+
+
+# -- what else the add action says of its file (issue 11: A6a, A6b, B2) -----------------------------------------
+
+
+def change_add(path: Path, version: int, change: Callable[[dict[str, Any]], None]) -> str:
+    commit = path / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines()]
+    adds = [a["add"] for a in actions if "add" in a]
+    change(adds[-1])
+    commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return adds[-1]["path"]
+
+
+@pytest.mark.parametrize("wrong", [1, 2**31 - 1, 2**63 - 1], ids=["plus-one", "int-max", "long-max"])
+def test_a_size_that_is_not_the_files_is_flagged_and_refused(wrong: int, tmp_path: Path) -> None:
+    """Iceberg Java seeks the footer from file_size_in_bytes: a wrong size makes the converted file unreadable."""
+    path = tmp_path / "t"
+    for i in range(3):
+        append_file(path, i)
+    real: dict[str, int] = {}
+
+    def resize(add: dict[str, Any]) -> None:
+        real["size"] = add["size"]
+        add["size"] = add["size"] + 1 if wrong == 1 else wrong
+
+    data_file = change_add(path, LYING_VERSION, resize)
+    report = json.loads(run("validate", str(path), "--data-checks", "--sample-files", "all", "--format",
+                            "json").stdout)
+    found = [v for v in report["violations"] if v["rule_id"] == RULE]
+    assert [v["location"]["path"] for v in found] == [data_file]
+    claimed = real["size"] + 1 if wrong == 1 else wrong
+    assert f"size {claimed} but the file has {real['size']} bytes" in found[0]["message"]
+    with pytest.raises(StatsMismatchError) as info:
+        convert(str(path), verify_stats=True)
+    assert f"size {claimed} but the file has {real['size']} bytes" in str(info.value)
+    assert info.value.version == LYING_VERSION and not (path / "_iceberg").exists()
+
+
+def test_the_parsed_stats_fixture_is_refused(copy_fixture: Callable[[str], Path]) -> None:
+    """Its files have no ts_col, its stats say nullCount 0 (A6a): converted, ``ts_col IS NULL`` finds no row."""
+    path = copy_fixture("parsed-stats")
+    with pytest.raises(StatsMismatchError, match="column ts_col: not in the file"):
+        convert(str(path), verify_stats=True)
+    assert not (path / "_iceberg").exists()
+
+
+def test_a_lying_maximum_in_a_file_without_footer_bounds_is_refused(copy_fixture: Callable[[str], Path]) -> None:
+    """Photon writes no min/max: the values are read (fuzz case 5925: maxValues 'new' -> '0000')."""
+    path = copy_fixture("compacted-log-files-table")
+    change_add(path, 25, lambda add: add.update(stats=add["stats"].replace('"comment":"new"', '"comment":"0000"')))
+    with pytest.raises(StatsMismatchError, match="column comment: maxValues '0000'"):
+        convert(str(path), verify_stats=True)
+    assert not (path / "_iceberg").exists()
+
+
+@pytest.mark.fixture_tables(exclude=("crc-malformed", "300k-add-files-100-col-partitioned",
+                                     "app-txn-with-last-updated", "with_checkpoint_no_last_checkpoint",
+                                     "parsed-stats"))
+def test_no_fixture_table_is_refused(fixture_table: str, fixtures_dir: Path) -> None:
+    """No false positive: every fixture table with its data files passes the checks --verify-stats makes."""
+    table = DeltaTable(str(fixtures_dir / fixture_table))
+    snapshot = table.snapshot()
+    verify_snapshot_stats(table.storage, snapshot)

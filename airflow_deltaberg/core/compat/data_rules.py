@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContext, Finding, Location, Rule
-from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches, string_prefix_length
+from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
+from airflow_deltaberg.core.delta.file_types import type_mismatches
+from airflow_deltaberg.core.delta.footer_stats import (
+    size_mismatch,
+    stats_columns,
+    stats_mismatches,
+    string_prefix_length,
+)
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
 
 FIELD_ID = b"PARQUET:field_id"
@@ -41,20 +46,11 @@ def sample_paths(ctx: CheckContext) -> list[str]:
     return ctx.adds.column("path").take(pa.array(rows)).to_pylist() if len(rows) else []
 
 
-def read_footer(ctx: CheckContext, path: str) -> pq.ParquetFile:
-    """The parquet metadata of a data file (only the footer is read)."""
+def read_footer(ctx: CheckContext, path: str) -> FileFooter:
+    """The parquet footer and size of a data file (only the footer is read), by its path in the log."""
     if path not in ctx._footers:
-        parts = urlsplit(path)
-        if parts.scheme or path.startswith("/"):
-            from airflow_deltaberg.core.storage import open_storage
-
-            # An absolute path is a URI: its directory is escaped like its file name.
-            directory, name = path.rsplit("/", 1)
-            storage, key = open_storage(unquote(directory)), unquote(name)
-        else:
-            storage, key = ctx.storage, unquote(path)
-        fs, full = storage.arrow_path(key)
-        ctx._footers[path] = pq.ParquetFile(full, filesystem=fs)
+        location = data_file_location(ctx.storage, path)
+        ctx._footers[path] = read_file_footer(ctx.storage, location, table=ctx.snapshot.table)
     return ctx._footers[path]  # type: ignore[return-value]
 
 
@@ -155,22 +151,40 @@ def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:
 
 
 def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
-    """The sampled files whose Delta stats do not cover their data, as their parquet footers describe it: Delta
-    readers, and Iceberg readers of a conversion, skip rows of such a file (``footer_stats``)."""
+    """The sampled files whose add action does not describe them: Delta stats that do not cover the data (the
+    parquet footer's statistics, or the column's values where the footer has none), or a size that is not the
+    file's. Delta readers, and Iceberg readers of a conversion, skip rows of such a file or cannot read it
+    (``footer_stats``)."""
     rows = sample_rows(ctx)
     if not len(rows):
         return
     metadata = ctx.metadata
     columns = stats_columns(ctx.schema, metadata.column_mapping_mode, metadata.partition_columns)
     prefix = string_prefix_length(ctx.config)
-    files = ctx.snapshot.files.select(["path", "stats_parsed", "deletionVector"]).take(pa.array(rows))
+    files = ctx.snapshot.files.select(["path", "size", "stats_parsed", "deletionVector"]).take(pa.array(rows))
     for row in files.to_pylist():
-        problems = stats_mismatches(row["stats_parsed"], read_footer(ctx, row["path"]).metadata, columns,
-                                    has_deletion_vector=row["deletionVector"] is not None, string_prefix=prefix)
+        footer = read_footer(ctx, row["path"])
+        wrong_size = size_mismatch(row["size"], footer)
+        problems = [wrong_size] if wrong_size else []
+        problems += stats_mismatches(row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
+                                     has_deletion_vector=row["deletionVector"] is not None,
+                                     read_columns=footer.read_columns)
         if problems:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-            yield Finding("the Delta stats do not cover the file's data (parquet footer): "
+            yield Finding("the add action does not match the file: "
                           + "; ".join(problems[:3]) + more, _file(row["path"]))
+
+
+def file_types_match_schema(ctx: CheckContext) -> Iterator[Finding]:
+    """The sampled files with a column of a type Delta could not have written for the schema's type, or without
+    a column (or with nulls in a column) the schema declares NOT NULL (``file_types``)."""
+    metadata = ctx.metadata
+    for path in sample_paths(ctx):
+        problems = type_mismatches(ctx.schema, metadata.column_mapping_mode, metadata.partition_columns,
+                                   read_footer(ctx, path).metadata)
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            yield Finding("the file does not match the schema: " + "; ".join(problems[:3]) + more, _file(path))
 
 
 DATA_RULES = [
@@ -186,8 +200,16 @@ DATA_RULES = [
     Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1}),
          parquet_field_ids, "rewrite the files with field ids (deltaberg enable --mode rewrite)",
          "protocol: IcebergCompatV2 nested ids written as parquet field_id; column mapping id mode", data=True),
-    Rule("data.stats-cover-data", "Delta stats cover the data of each file", ALL_LEVELS, stats_cover_data,
-         "recompute the stats of the files named (e.g. deltaberg enable --mode rewrite writes them from the data); "
-         "until then Delta readers, and Iceberg readers of a conversion, skip rows of these files",
-         "protocol: Per-file Statistics (numRecords, minValues, maxValues, nullCount)", data=True),
+    Rule("data.stats-cover-data", "Delta stats cover the data of each file, and its size is the file's", ALL_LEVELS,
+         stats_cover_data,
+         "recompute the stats and sizes of the files named (e.g. deltaberg enable --mode rewrite writes them from "
+         "the data); until then Delta readers, and Iceberg readers of a conversion, skip rows of these files or "
+         "cannot read them",
+         "protocol: Per-file Statistics (numRecords, minValues, maxValues, nullCount); Add File size", data=True),
+    Rule("data.file-types-match-schema", "The columns of each file have the schema's types", ALL_LEVELS,
+         file_types_match_schema,
+         "rewrite the files named with the schema's types, or restore the schema they were written with; until "
+         "then Iceberg readers of a conversion refuse these files and Delta readers cast their values",
+         "protocol: Consistency Between Table Metadata and Data Files; Type Widening (delta.typeChanges)",
+         data=True),
 ]

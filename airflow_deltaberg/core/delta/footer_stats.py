@@ -1,11 +1,13 @@
-"""A data file's Delta stats checked against the statistics in its own parquet footer.
+"""A data file's add action (its Delta stats, its size) checked against the file itself.
 
 Delta readers, and Iceberg readers through the bounds the converter writes, skip a file whose stats exclude a
 predicate: stats that do not cover the file's data lose rows. This module compares one file's parsed stats
 (numRecords, and per primitive column outside lists and maps: minValues, maxValues, nullCount) with its footer
 (rows; the smallest minimum, largest maximum and summed null counts of its row groups) and says where they
-disagree. It reads no data, only the footer given to it; ``validate --data-checks`` and ``convert
---verify-stats`` both use it.
+disagree; where the footer has no statistics for a column (Photon writes none; INT96 timestamps have no usable
+order), with the column's values when the caller lets it read them. ``size_mismatch`` compares the logged size
+with the file's (Iceberg readers seek the footer from it). ``validate --data-checks`` and ``convert
+--verify-stats`` both use them.
 
 What counts as covering, by Delta's own rules (PROTOCOL.md, "Per-file Statistics"):
 
@@ -20,26 +22,30 @@ What counts as covering, by Delta's own rules (PROTOCOL.md, "Per-file Statistics
   Delta value agreeing with such a prefix is not flagged. Floats compare at the column's precision (a float
   stat printed as ``3.14`` is the float32 3.1400001); NaN and infinite values say nothing. Decimals, dates,
   integers, booleans compare exactly;
-* skipped, never flagged: partition columns (not in the file), columns the footer lacks or cannot compare
-  (INT96 timestamps, other physical types), row groups without statistics, and the bounds and null counts of a
-  file with a deletion vector (Delta's stats then describe the rows not deleted, the footer all of them; its
-  numRecords is still the file's rows).
+* a column the file does not have (added to the schema after the file was written) is null in every row: its
+  stats may give no bounds, and a null count below the rows (0 with wide bounds) is wrong;
+* skipped, never flagged: partition columns (not in the file), columns whose file type cannot be compared with
+  the Delta type (``file_types`` reports those), columns without footer statistics when no values may be read,
+  and the bounds and null counts of a file with a deletion vector (Delta's stats then describe the rows not
+  deleted, the file all of them; its numRecords is still the file's rows), except bounds of a column the file
+  does not have.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.delta.file_types import logical_type
 from airflow_deltaberg.core.delta.schema import PrimitiveType, StructField, StructType
 
 FIELD_ID = b"PARQUET:field_id"
@@ -111,11 +117,23 @@ class _FooterColumn:
     # keeps its float files, whose stats were printed from floats)
 
 
+#: Reads top-level columns of the file by their names in it (``FileFooter.read_columns``).
+ColumnReader = Callable[[Sequence[str]], pa.Table]
+
+
+def size_mismatch(size: int | None, footer: Any) -> str | None:
+    """Where a logged ``add.size`` differs from the size of the file (``footer``: a FileFooter)."""
+    if size is None or size == footer.size:
+        return None
+    return f"size {size} but the file has {footer.size} bytes"
+
+
 def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, columns: Sequence[StatsColumn], *,
-                     has_deletion_vector: bool = False,
-                     string_prefix: int = DEFAULT_STRING_PREFIX) -> list[str]:
+                     has_deletion_vector: bool = False, string_prefix: int = DEFAULT_STRING_PREFIX,
+                     read_columns: ColumnReader | None = None) -> list[str]:
     """Where one file's parsed Delta stats (a row of ``stats_parsed``, as ``to_pylist`` gives it) do not cover the
-    data its parquet ``footer`` describes: one message per disagreement, empty when none (or no stats)."""
+    data its parquet ``footer`` describes: one message per disagreement, empty when none (or no stats).
+    ``read_columns``: how to read the values of columns the footer has no statistics for (else they are skipped)."""
     if not stats:
         return []
     problems = []
@@ -123,25 +141,59 @@ def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, c
     if num_records is not None and num_records != footer.num_rows:
         problems.append(f"numRecords {num_records} but the file has {footer.num_rows} rows")
     tight = stats.get("tightBounds") is not False
-    leaves = _footer_leaves(footer)
+    index = _footer_index(footer)
+    if index is None:
+        return problems
+    by_values: list[tuple[StatsColumn, int, Any, Any, Any]] = []
     for column in columns:
         low, high, nulls = (_dig(stats.get(key), column.physical) for key in ("minValues", "maxValues", "nullCount"))
         if low is None and high is None and nulls is None:
             continue
-        index = leaves.get(("name", column.physical))
-        if index is None and None not in column.field_ids:
-            index = leaves.get(("id", column.field_ids))
-        if index is None:
+        leaf = index.find(column)
+        if leaf is None:
+            if not index.has_node(column):
+                problems.extend(_absent_column_problem(column, low, high, nulls, footer.num_rows, tight,
+                                                       has_deletion_vector))
             continue
-        found = _footer_column(footer, index, column.type)
+        if has_deletion_vector:
+            continue
+        found = _footer_column(footer, leaf, column.type)
+        unknown = found is None or (nulls is not None and found.nulls is None) or (
+            (low is not None or high is not None) and not found.bounds_known)
+        if unknown and read_columns is not None:
+            by_values.append((column, leaf, low, high, nulls))
+            continue
         if found is None:
             continue
-        if not has_deletion_vector and nulls is not None and found.nulls is not None:
-            problems.extend(_null_count_problem(column, nulls, found.nulls, num_records, tight))
-        if has_deletion_vector or not found.bounds_known:
-            continue
+        problems.extend(_column_problems(column, low, high, nulls, found, num_records, tight, string_prefix))
+    if by_values:
+        assert read_columns is not None
+        table = read_columns(sorted({index.names[leaf][0] for _, leaf, *_ in by_values}))
+        for column, leaf, low, high, nulls in by_values:
+            found = _values_column(table, index.names[leaf], column.type)
+            if found is not None:
+                problems.extend(_column_problems(column, low, high, nulls, found, num_records, tight, string_prefix))
+    return problems
+
+
+def _column_problems(column: StatsColumn, low: Any, high: Any, nulls: Any, found: _FooterColumn,
+                     num_records: int | None, tight: bool, string_prefix: int) -> list[str]:
+    problems: list[str] = []
+    if nulls is not None and found.nulls is not None:
+        problems.extend(_null_count_problem(column, nulls, found.nulls, num_records, tight))
+    if found.bounds_known:
         problems.extend(_bound_problems(column, low, high, found, string_prefix))
     return problems
+
+
+def _absent_column_problem(column: StatsColumn, low: Any, high: Any, nulls: Any, rows: int, tight: bool,
+                           has_deletion_vector: bool) -> Iterator[str]:
+    """A column the file does not have reads as null in every row."""
+    claims = [name for name, value in (("a minValues", low), ("a maxValues", high)) if value is not None]
+    if nulls is not None and not has_deletion_vector and rows and (nulls < rows if tight else nulls == 0):
+        claims.append(f"a nullCount of {nulls} (of {rows} rows)")
+    if claims:
+        yield f"column {column.name}: not in the file (every value null), but the stats give {', '.join(claims)}"
 
 
 def _dig(value: Any, path: tuple[str, ...]) -> Any:
@@ -229,20 +281,48 @@ def _delta_value(value: Any, t: PrimitiveType, float32: bool = False) -> Any:
     return None
 
 
-def _footer_leaves(footer: pq.FileMetaData) -> dict[tuple[str, tuple[Any, ...]], int]:
-    """Column index of each leaf of the file reached through structs only, by its name path and by its field id
-    path (when every level has one)."""
-    out: dict[tuple[str, tuple[Any, ...]], int] = {}
+@dataclass
+class _FooterIndex:
+    """The columns of a file reached through structs only: each leaf's column index by its name path and by its
+    field id path (when every level has one), the name path of each leaf, and every node (leaf or group)."""
+
+    leaves: dict[tuple[str, tuple[Any, ...]], int]
+    names: dict[int, tuple[str, ...]]
+    nodes: set[tuple[str, tuple[Any, ...]]]
+
+    def find(self, column: StatsColumn) -> int | None:
+        leaf = self.leaves.get(("name", column.physical))
+        if leaf is None and None not in column.field_ids:
+            leaf = self.leaves.get(("id", column.field_ids))
+        return leaf
+
+    def has_node(self, column: StatsColumn) -> bool:
+        """Whether the file has anything at the column's place (a leaf, or a group: a type ``file_types`` judges)."""
+        return ("name", column.physical) in self.nodes or (
+            None not in column.field_ids and ("id", column.field_ids) in self.nodes)
+
+
+def _footer_index(footer: pq.FileMetaData) -> _FooterIndex | None:
+    """The footer's columns (``_FooterIndex``); None when its schema cannot be read or its leaves are out of step
+    with its columns (nothing is then matched, rather than the wrong column)."""
     try:
         schema = footer.schema.to_arrow_schema()
     except (pa.ArrowException, ValueError):
-        return out
+        return None
+    index = _FooterIndex({}, {}, set())
     leaves = 0
 
     def walk(field: pa.Field, names: tuple[str, ...], ids: tuple[int | None, ...], plain: bool) -> None:
         meta = field.metadata or {}
         names = (*names, field.name)
-        ids = (*ids, int(meta[FIELD_ID]) if FIELD_ID in meta else None)
+        try:
+            ids = (*ids, int(meta[FIELD_ID]) if FIELD_ID in meta else None)
+        except ValueError:
+            ids = (*ids, None)
+        if plain:
+            index.nodes.add(("name", names))
+            if None not in ids:
+                index.nodes.add(("id", ids))
         t = field.type
         if pa.types.is_struct(t):
             for child in t:
@@ -255,16 +335,17 @@ def _footer_leaves(footer: pq.FileMetaData) -> dict[tuple[str, tuple[Any, ...]],
         else:
             nonlocal leaves
             if plain:
-                out[("name", names)] = leaves
+                index.leaves[("name", names)] = leaves
+                index.names[leaves] = names
                 if None not in ids:
-                    out[("id", ids)] = leaves
+                    index.leaves[("id", ids)] = leaves
             leaves += 1
 
     for f in schema:
         walk(f, (), (), True)
     if leaves != footer.num_columns:
-        return {}  # leaves and columns out of step: match nothing rather than the wrong column
-    return out
+        return None
+    return index
 
 
 def _footer_column(footer: pq.FileMetaData, index: int, t: PrimitiveType) -> _FooterColumn | None:
@@ -303,13 +384,60 @@ def _footer_column(footer: pq.FileMetaData, index: int, t: PrimitiveType) -> _Fo
     return found
 
 
+def _values_column(table: pa.Table, names: tuple[str, ...], t: PrimitiveType) -> _FooterColumn | None:
+    """The null count and bounds of a leaf (``names``: its path in the file) from its values, as
+    ``_footer_column`` gives them from statistics; None when its type cannot be compared with Delta type ``t``."""
+    if table.schema.get_field_index(names[0]) < 0:
+        return None
+    values: pa.Array = table.column(names[0]).combine_chunks()
+    for name in names[1:]:
+        if not pa.types.is_struct(values.type) or values.type.get_field_index(name) < 0:
+            return None
+        values = values.flatten()[values.type.get_field_index(name)]  # with the parents' nulls
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    convert = _values_converter(values.type, t)
+    if convert is None:
+        return None
+    found = _FooterColumn(nulls=values.null_count, float32=pa.types.is_float32(values.type))
+    present = values.drop_null()
+    if pa.types.is_floating(values.type):
+        present = present.filter(pc.is_finite(present))
+    if len(present):
+        extremes = pc.min_max(present)
+        found.low, found.high = convert(extremes["min"]), convert(extremes["max"])
+    return found
+
+
+def _values_converter(arrow_type: pa.DataType, t: PrimitiveType) -> Callable[[pa.Scalar], Any] | None:
+    """A function (arrow scalar) -> comparable value, as ``_footer_converter`` gives them, for a column read
+    as ``arrow_type`` and compared with Delta type ``t``."""
+    kind = _kind(t)
+    if kind == "int" and pa.types.is_integer(arrow_type) and pa.types.is_signed_integer(arrow_type):
+        return lambda v: v.as_py()
+    if kind == "boolean" and pa.types.is_boolean(arrow_type):
+        return lambda v: int(v.as_py())
+    if kind in ("float", "double") and (pa.types.is_floating(arrow_type) or pa.types.is_signed_integer(arrow_type)):
+        single = kind == "float" or pa.types.is_float32(arrow_type)
+        return lambda v: float(np.float32(v.as_py())) if single else float(v.as_py())
+    if kind == "decimal" and (pa.types.is_decimal(arrow_type) or pa.types.is_signed_integer(arrow_type)):
+        return lambda v: Decimal(v.as_py())
+    if kind == "string" and (pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)):
+        return lambda v: v.as_py()
+    if kind == "date" and pa.types.is_date32(arrow_type):
+        return lambda v: v.cast(pa.int32()).as_py()
+    if kind == "timestamp" and pa.types.is_timestamp(arrow_type):
+        multiply, divide = {"s": (1_000_000, 1), "ms": (1000, 1), "us": (1, 1), "ns": (1, 1000)}[arrow_type.unit]
+        return lambda v: v.cast(pa.int64()).as_py() * multiply // divide
+    if kind == "timestamp" and pa.types.is_date32(arrow_type):  # widened date -> timestamp_ntz
+        return lambda v: v.cast(pa.int32()).as_py() * 86_400_000_000
+    return None
+
+
 def _footer_converter(column: pq.ColumnSchema, t: PrimitiveType) -> Any:
     """A function (statistics, minimum?) -> comparable value, for a footer column read as Delta type ``t``."""
     physical = column.physical_type
-    try:
-        logical = json.loads(column.logical_type.to_json()) if column.logical_type is not None else {}
-    except ValueError:
-        logical = {}
+    logical = logical_type(column)
     kind_of_file = logical.get("Type", "None")
     kind = _kind(t)
     plain_int = physical in ("INT32", "INT64") and (kind_of_file == "None" or

@@ -169,6 +169,7 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
         stats = stats.combine_chunks()
     if stats.null_count == n:
         return pa.nulls(n, target)
+    stats = _as_text(stats)
     present = stats.drop_null() if stats.null_count else stats
     _check_objects(present, stats)
     parse_type = _json_parse_type(target)
@@ -200,6 +201,29 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
         row, what = bad
         raise StatsParseError(f"stats whose {what} is below 0 (a count): {stats[row].as_py()[:120]!r}", row)
     return result
+
+
+def _as_text(stats: pa.Array) -> pa.Array:
+    """The stats as a string column of valid UTF-8: binary and large columns (a checkpoint written with another
+    type for ``add.stats``) are read as text; any other type, or bytes that are not UTF-8 (a commit line the log
+    reader kept as it was), raise StatsParseError naming the row."""
+    if not (pa.types.is_string(stats.type) or pa.types.is_large_string(stats.type) or pa.types.is_binary(stats.type)
+            or pa.types.is_large_binary(stats.type)):
+        first = int(np.flatnonzero(to_numpy(stats.is_valid()))[0])
+        raise StatsParseError(f"stats that are not JSON text (a column of {stats.type}): {stats[first]}", first)
+    try:
+        text = stats if pa.types.is_string(stats.type) else stats.cast(pa.string())
+        text.validate(full=True)  # a string column read from bytes may hold invalid UTF-8
+        return text
+    except pa.ArrowInvalid:
+        raw = stats.view(pa.binary()) if pa.types.is_string(stats.type) else stats.cast(pa.large_binary())
+        for i, value in enumerate(raw.to_pylist()):  # only to name the row at fault
+            try:
+                if value is not None:
+                    value.decode()
+            except UnicodeDecodeError as exc:
+                raise StatsParseError(f"stats that are not UTF-8 text ({exc})", i) from exc
+        raise
 
 
 def _nulls_inherited(arr: pa.Array) -> pa.Array:

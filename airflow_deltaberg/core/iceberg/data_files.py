@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 
+from airflow_deltaberg.core.delta.file_footer import data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.delta.paths import is_absolute, resolve_relative, rows_holding
+from airflow_deltaberg.core.delta.paths import rows_holding
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import negative_count
-from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, PathOutsideTableError
+from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.metrics import (
     DEFAULT_STRING_PREFIX,
     STRING_PREFIX_PROPERTY,
@@ -25,7 +24,7 @@ from airflow_deltaberg.core.iceberg.metrics import (
 )
 from airflow_deltaberg.core.iceberg.partition import partition_struct
 from airflow_deltaberg.core.iceberg.schema import ConvertedSchema
-from airflow_deltaberg.core.storage import Storage, open_storage
+from airflow_deltaberg.core.storage import Storage
 
 
 def data_file_locations(storage: Storage, paths: pa.Array) -> pa.Array:
@@ -41,46 +40,20 @@ def data_file_locations(storage: Storage, paths: pa.Array) -> pa.Array:
     joined = pc.binary_join_element_wise(pa.scalar(storage.root), paths, "/")
     if not len(rows):
         return joined
-    fixed = []
-    for path in paths.take(pa.array(rows)).to_pylist():
-        if path is None or is_absolute(path):
-            fixed.append(None if path is None else unquote(path))
-            continue
-        try:
-            fixed.append(storage.uri(resolve_relative(path)))
-        except ValueError as exc:
-            raise PathOutsideTableError(f"the data file path {path!r} resolves outside the table root",
-                                        table=storage.root) from exc
+    fixed = [None if path is None else data_file_location(storage, path)
+             for path in paths.take(pa.array(rows)).to_pylist()]
     values = np.asarray(joined.to_pylist(), dtype=object)
     values[rows] = fixed
     return pa.array(values, pa.string())
 
 
-class MissingDataFileError(DeltabergError):
-    """A live data file of the Delta table is not in storage."""
+def _footer_row_count(location: str, storage: Storage, table: str) -> int:
+    context = (", and its stats have no numRecords (or 0), so its row count cannot be read; nothing was "
+               "converted")
+    return read_file_footer(storage, location, table=table, context=context).metadata.num_rows
 
 
-def open_parquet(location: str, storage: Storage) -> pq.ParquetFile:
-    """The parquet file at a full ``location`` (as ``data_file_locations`` gives it): only its footer is read."""
-    if location.startswith(storage.root + "/"):
-        fs, full = storage.arrow_path(location[len(storage.root) + 1 :])
-    else:
-        parent, name = location.rsplit("/", 1)
-        fs, full = open_storage(parent).arrow_path(name)
-    return pq.ParquetFile(full, filesystem=fs)
-
-
-def _footer_row_count(location: str, storage: Storage) -> int:
-    try:
-        return open_parquet(location, storage).metadata.num_rows
-    except FileNotFoundError as exc:
-        raise MissingDataFileError(
-            f"data file {location} is live in the Delta log but missing from storage, and its stats have no "
-            f"numRecords (or 0), so its row count cannot be read (table {storage.root}); nothing was converted"
-        ) from exc
-
-
-def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage) -> pa.Array:
+def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage, table: str) -> pa.Array:
     """numRecords from the stats, or from the parquet footer when the stats lack it or say 0.
 
     Never lower than the file's rows: Iceberg readers skip files with record_count 0, so a 0 is only written for
@@ -92,7 +65,7 @@ def record_counts(stats_counts: pa.Array, locations: pa.Array, storage: Storage)
     paths = locations.take(pa.array(missing)).to_pylist()
     pool = ThreadPoolExecutor(max_workers=8)
     try:
-        counts = list(pool.map(lambda p: _footer_row_count(p, storage), paths))
+        counts = list(pool.map(lambda p: _footer_row_count(p, storage, table), paths))
     finally:
         # On the first failure the footers not yet read are not read at all.
         pool.shutdown(wait=True, cancel_futures=True)
@@ -120,6 +93,28 @@ def check_adds(files: pa.Table, stats: pa.StructArray, locations: pa.Array, tabl
     version = files.column("version")[row].as_py() if "version" in files.column_names else None
     raise CorruptLogError(f"the add of data file {locations[row].as_py()} has {what}; nothing was converted",
                           table=table, version=version)
+
+
+#: Iceberg keeps row counts, and their sums in manifest lists and snapshot summaries, as longs.
+LONG_LIMIT = 2**63
+
+
+def check_record_total(counts: pa.Array, files: pa.Table, locations: pa.Array, table: str) -> None:
+    """Refuse record counts whose sum does not fit a long: one of them cannot be a file's row count, and the
+    manifest list could not hold the sum. The error names the file with the largest count (and its add's version
+    when ``files`` has a ``version`` column)."""
+    values = np.asarray(counts.fill_null(0), dtype=np.int64)
+    if not len(values) or values.sum(dtype=np.float64) < 2.0**62:
+        return
+    total = sum(int(v) for v in values)  # exact: near the limit numpy would wrap
+    if total < LONG_LIMIT:
+        return
+    row = int(np.argmax(values))
+    location = locations[row].as_py()
+    version = files.column("version")[row].as_py() if "version" in files.column_names else None
+    raise CorruptLogError(f"the numRecords of the data files sum to {total}, beyond the long in which Iceberg keeps "
+                          f"row counts: numRecords {int(values[row])} of data file {location} cannot be its row "
+                          "count; nothing was converted", table=table, version=version, file=location)
 
 
 def data_file_entries(
@@ -157,7 +152,8 @@ def entries_for_files(
     stats = files.column("stats_parsed").combine_chunks()
     check_adds(files, stats, locations, table)
     # struct_field, not .field(): under a null stats struct the child's values are undefined.
-    counts = record_counts(pc.struct_field(stats, "numRecords"), locations, storage)
+    counts = record_counts(pc.struct_field(stats, "numRecords"), locations, storage, table)
+    check_record_total(counts, files, locations, table)
     prefix = int(metadata.configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
     metrics = file_metrics(stats, stat_columns(metadata.schema, converted.schema, mapped), prefix)
     physical = {f.name: (f.physical_name if mapped else f.name) for f in metadata.schema.fields}

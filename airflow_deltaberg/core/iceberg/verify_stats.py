@@ -1,8 +1,13 @@
-"""``convert(verify_stats=True)``: the Delta stats of every file a conversion lists, checked against the file's
-parquet footer (``core.delta.footer_stats``) before anything is written. A file whose stats do not cover its
-data stops the conversion with StatsMismatchError: converted, its Iceberg bounds would make readers skip rows.
+"""``convert(verify_stats=True)``: the add action of every file a conversion lists, checked against the file
+before anything is written: its stats against the file's data (``core.delta.footer_stats``: the footer's
+statistics, or the column's values where the footer has none), its size against the file's size, and the
+schema's types against the file's columns (``core.delta.file_types``). A file that does not match stops the
+conversion with StatsMismatchError: converted, its Iceberg bounds would make readers skip rows, its size or its
+types would make them fail. The checks are the ones ``validate --data-checks`` makes (data.stats-cover-data,
+data.file-types-match-schema), on every file instead of a sample.
 
-Off by default: it reads the footer of every file (a full conversion) or of every added file (incremental).
+Off by default: it reads the footer of every file (a full conversion) or of every added file (incremental), and
+the values of the columns whose footer statistics are missing.
 """
 
 from __future__ import annotations
@@ -16,12 +21,19 @@ import pyarrow.compute as pc
 
 from airflow_deltaberg.core.delta import Snapshot
 from airflow_deltaberg.core.delta.actions import ActionBatch
-from airflow_deltaberg.core.delta.footer_stats import stats_columns, stats_mismatches, string_prefix_length
+from airflow_deltaberg.core.delta.file_footer import read_file_footer
+from airflow_deltaberg.core.delta.file_types import type_mismatches
+from airflow_deltaberg.core.delta.footer_stats import (
+    size_mismatch,
+    stats_columns,
+    stats_mismatches,
+    string_prefix_length,
+)
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.stats import StatsParseError
 from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError
-from airflow_deltaberg.core.iceberg.data_files import MissingDataFileError, data_file_locations, open_parquet
+from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.file_manifests import with_parsed_stats
 from airflow_deltaberg.core.storage import Storage
 
@@ -57,16 +69,22 @@ def verify_commit_stats(storage: Storage, table: str, actions: ActionBatch, meta
 
 
 def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, table: str) -> None:
-    """Check ``files`` (path, stats_parsed, version, deletionVector when there) against their footers; raise
-    StatsMismatchError naming the first file whose stats do not cover its data, and how many more there are in
-    the slice of files read with it."""
-    columns = stats_columns(metadata.schema, metadata.column_mapping_mode, metadata.partition_columns)
+    """Check ``files`` (path, size, stats_parsed, version, deletionVector when there) against the files: raise
+    StatsMismatchError naming the first file whose add action does not match it (stats that do not cover its
+    data, a size that is not its size), and how many more there are in the slice of files read with it."""
+    mode, partition_columns = metadata.column_mapping_mode, metadata.partition_columns
+    columns = stats_columns(metadata.schema, mode, partition_columns)
     prefix = string_prefix_length(metadata.configuration)
-    wanted = [c for c in ("path", "stats_parsed", "deletionVector", "version") if c in files.column_names]
+    wanted = [c for c in ("path", "size", "stats_parsed", "deletionVector", "version") if c in files.column_names]
 
     def check(row: dict[str, Any], location: str) -> list[str]:
-        return stats_mismatches(row["stats_parsed"], _footer(location, storage), columns, string_prefix=prefix,
-                                has_deletion_vector=row.get("deletionVector") is not None)
+        footer = read_file_footer(storage, location, table=table, context="; nothing was converted")
+        wrong_size = size_mismatch(row.get("size"), footer)
+        problems = type_mismatches(metadata.schema, mode, partition_columns, footer.metadata)
+        problems += [wrong_size] if wrong_size else []
+        return problems + stats_mismatches(
+            row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
+            has_deletion_vector=row.get("deletionVector") is not None, read_columns=footer.read_columns)
 
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         for part in _slices(files.select(wanted)):
@@ -77,9 +95,10 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
                 i, problems = found[0]
                 more = f"; {len(found) - 1} more file(s) among the {len(rows)} read with it" if len(found) > 1 else ""
                 raise StatsMismatchError(
-                    f"the Delta stats of data file {locations[i]} do not cover its data (parquet footer): "
+                    f"the add action of data file {locations[i]} does not match the file: "
                     f"{'; '.join(problems[:3])}{more}. Delta readers, and Iceberg readers of this conversion, "
-                    "would skip its rows: recompute its stats; nothing was converted",
+                    "would skip its rows or fail to read it: recompute its stats and size, or rewrite it with the "
+                    "schema's types; nothing was converted",
                     table=table, version=rows[i].get("version"), file=locations[i])
 
 
@@ -87,10 +106,3 @@ def _slices(files: pa.Table) -> Iterator[pa.Table]:
     for offset in range(0, files.num_rows, SLICE_ROWS):
         yield files.slice(offset, SLICE_ROWS)
 
-
-def _footer(location: str, storage: Storage):  # noqa: ANN202 - pq.FileMetaData
-    try:
-        return open_parquet(location, storage).metadata
-    except FileNotFoundError as exc:
-        raise MissingDataFileError(f"data file {location} is live in the Delta log but missing from storage "
-                                   f"(table {storage.root}); nothing was converted") from exc
