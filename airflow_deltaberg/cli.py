@@ -292,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--max-snapshot-age-hours", type=hours, default=None, metavar="H",
                       help="expire Iceberg snapshots older than H hours (the newest is always kept)")
     conv.add_argument("--verify-stats", action="store_true",
-                      help="check the Delta stats of every file converted against its parquet footer first, and "
-                           "refuse (exit 2, nothing written) when they do not cover its data")
+                      help="check every file converted against its parquet footer first (the Delta stats cover its "
+                           "data, add.size is its size, its column types fit the schema) and refuse (exit 2, nothing "
+                           "written) when one does not")
     conv.add_argument("--format", choices=("text", "json"), default="text")
     conv.set_defaults(run=_convert)
 

@@ -343,3 +343,24 @@ def test_num_records_summing_beyond_int64_are_refused_before_anything_is_written
     assert info.value.version in liar_files and str(path) in message, message
     assert info.value.file is not None and info.value.file.endswith(liar_files[info.value.version]), message
     assert not (path / "_iceberg").exists(), sorted(p.name for p in (path / "_iceberg").rglob("*"))
+
+
+@pytest.mark.parametrize("liars", [1, 2], ids=["one-commit", "two-commits"])
+def test_num_records_summing_beyond_int64_in_new_commits_write_nothing(liars: int, tmp_path: Path) -> None:
+    """The same lie in commits after a conversion: each incremental snapshot's totals (the files it keeps plus the
+    ones it adds) must fit a long; the refused run leaves the Iceberg metadata as it was."""
+    path = tmp_path / "t"
+    make_table(path)
+    first = convert(str(path))
+    before = sorted((p.name, p.stat().st_size) for p in (path / "_iceberg" / "metadata").iterdir())
+    start = first.delta_version + 1
+    for i in range(liars):
+        append_file(path, FILES + i)
+        edit_add(path, start + i, change_stats(lambda s: s.update(numRecords=2**63 - 1 - (s["numRecords"] if liars
+                                                                                        == 1 else 0))))
+    with pytest.raises(CorruptLogError) as info:
+        convert(str(path))
+    message = str(info.value)
+    assert str(path) in message and "long" in message and info.value.version in range(start, start + liars), message
+    assert sorted((p.name, p.stat().st_size) for p in (path / "_iceberg" / "metadata").iterdir()) == before
+    assert StaticTable.from_metadata(first.metadata_location).scan().to_arrow().num_rows == FILES * ROWS

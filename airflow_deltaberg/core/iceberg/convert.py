@@ -89,6 +89,8 @@ from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
 
+LONG_MAX = 2**63 - 1
+
 #: Metadata files of earlier versions kept (and named in the metadata log); older ones are deleted once every
 #: pointer has moved on, by this converter for its own files and by the catalogs for theirs.
 METADATA_VERSIONS_KEPT = 100
@@ -173,6 +175,13 @@ def plan_snapshot(table: DeltaTable, tip: _Tip, metadata: Metadata, delta_versio
 def _commit_snapshot(storage: Storage, tip: _Tip, plan: SnapshotPlan, manifests: Sequence[ManifestRecord],
                      operation: Operation, summary: dict[str, str]) -> _Tip:
     """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it."""
+    too_big = sorted(name for name, value in summary.items() if int(value) > LONG_MAX)
+    if too_big:
+        # Each file's numRecords fits a long, their sum does not: some numRecords is wrong (Iceberg keeps the totals
+        # in longs). The attempt's manifests are taken back by _discarded_unless_published.
+        raise CorruptLogError(f"the live files' numRecords add up to more than a long holds ({', '.join(too_big)}); "
+                              "the numRecords of some data file is wrong", table=plan.table,
+                              version=plan.delta_version)
     prev = tip.published.metadata if tip.published else None
     lineage = None
     if plan.format_version >= 3:
@@ -505,10 +514,11 @@ def convert(
     (deletion vectors in Puffin files, row lineage); by default the converted table's, 2 for a new one. Asking
     3 of a v2 table upgrades it with a full conversion; a v3 table cannot go back to 2.
 
-    ``verify_stats`` checks the Delta stats of every file converted (every live file of a full conversion, every
-    added file of an incremental one) against its parquet footer before anything is written, and refuses with
-    StatsMismatchError (naming the table, version and data file) when they do not cover the file's data: Iceberg
-    readers would skip rows of that file. Off by default: it reads the footer of every such file.
+    ``verify_stats`` checks every file converted (every live file of a full conversion, every added file of an
+    incremental one) against its parquet footer before anything is written: the Delta stats must cover the file's
+    data, ``add.size`` must be its size, and its column types must be ones Delta writes for the schema's types. It
+    refuses with StatsMismatchError (naming the table, version and data file) otherwise: Iceberg readers would skip
+    rows of that file, or fail to read it. Off by default: it reads the footer of every such file.
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
