@@ -17,8 +17,8 @@ from airflow_deltaberg.core.delta.log_segment import (
     list_log,
 )
 from airflow_deltaberg.core.delta.models import Metadata, Protocol, is_int
-from airflow_deltaberg.core.delta.paths import refuse_paths_outside_table
-from airflow_deltaberg.core.delta.replay import replay
+from airflow_deltaberg.core.delta.paths import refuse_invalid_paths
+from airflow_deltaberg.core.delta.replay import refuse_repeated_file_actions, replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
     CorruptLogError,
@@ -165,6 +165,9 @@ class DeltaTable:
 
     # -- commit ranges ----------------------------------------------------------------------------
 
+    def _commit_file(self, version: int) -> str:
+        return self.storage.uri(commit_key(version))
+
     def commits(self, start: int, end: int | None = None) -> CommitRange:
         """The actions of commits ``start``..``end`` (inclusive; ``end`` defaults to the latest)."""
         listing = list_log(self.storage, start)
@@ -206,7 +209,9 @@ class DeltaTable:
                     raise CorruptLogError(f"the protocol action is invalid: {exc}", table=self.location,
                                           version=version, file=self.storage.uri(commit_key(version))) from exc
                 check_readable(protocol, self.location, version)
-        refuse_paths_outside_table(batch.file_actions, self.location, lambda v: self.storage.uri(commit_key(v)))
+        # The same rules as a snapshot load: one file action of a type per path and commit, paths naming files.
+        refuse_repeated_file_actions(batch.file_actions, self.location, self._commit_file)
+        refuse_invalid_paths(batch.file_actions, self.location, self._commit_file)
         timestamps = {}
         infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
         for version, entry in files:
