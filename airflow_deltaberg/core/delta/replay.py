@@ -423,10 +423,7 @@ def _reconcile_other(
         version, body = in_force["metaData"]
         with _naming_the_action(storage, table, segment, version, "metaData"):
             metadata = Metadata.from_action(body)
-            names = set(metadata.schema.names)  # parse now, so that a bad schemaString names its file
-            unknown = [c for c in metadata.partition_columns if c not in names]
-            if unknown:
-                raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the schema")
+            metadata.check()  # the schema parsed now, so that a bad schemaString names its file
     return protocol, metadata, txns, domains, commit_info
 
 

@@ -54,7 +54,7 @@ class CommitRange:
             if name == "metaData":
                 try:
                     metadata = Metadata.from_action(body)
-                    metadata.schema  # noqa: B018 - parsed here, so that a bad schemaString names its commit
+                    metadata.check()  # the schema parsed here, so that a bad schemaString names its commit
                 except ValueError as exc:
                     raise CorruptLogError(f"the metaData action is invalid: {exc}", table=self.table,
                                           version=version, file=self.files.get(version)) from exc
