@@ -19,6 +19,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
+from airflow_deltaberg.core.delta.checkpoint_schema import checkpoint_type_problem
 from airflow_deltaberg.core.delta.stats import StatsParseError, conform
 from airflow_deltaberg.core.delta.utf8 import arrow_utf8_problem, ndjson_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
@@ -731,14 +732,20 @@ def _projection(pf: pq.ParquetFile, with_stats: bool, kinds: Sequence[str] = _FI
 def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sidecar: bool) -> pq.ParquetFile:
     fs, path = storage.arrow_path(entry.key)
     try:
-        return pq.ParquetFile(path, filesystem=fs)
+        pf = pq.ParquetFile(path, filesystem=fs)
+        schema = pf.schema_arrow
     except FileNotFoundError as exc:
         kind = "sidecar" if sidecar else "checkpoint part"
         raise MissingCheckpointPartError(f"the {kind} is missing", table=table, version=version,
                                          file=storage.uri(entry.key)) from exc
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
+    problem = checkpoint_type_problem(schema)
+    if problem is not None:
+        raise CorruptLogError(f"the checkpoint's {problem}", table=table, version=version,
+                              file=storage.uri(entry.key))
+    return pf
 
 
 def read_parquet_checkpoint_part(
@@ -777,7 +784,7 @@ def read_parquet_checkpoint_part(
                 path = piece.column("path")[row].as_py()
                 raise CorruptLogError(f"{_A[kind]} action{'' if path is None else f' of {path}'} has no {name}",
                                       table=table, version=version, file=storage.uri(entry.key))
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     return ActionBatch(_concat_file_actions(pieces), other)
@@ -835,7 +842,7 @@ def iter_checkpoint_stats(
             # idle at its start and end.
             batches = read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows))
             yield from map_ahead(lambda batch: _batch_stats(batch, target, parse_json), batches)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     except StatsParseError as exc:
