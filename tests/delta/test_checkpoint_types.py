@@ -133,3 +133,22 @@ def test_a_checkpoint_without_file_action_columns_is_still_read(tmp_path: Path) 
     data = pq.read_table(checkpoint)
     pq.write_table(data.drop_columns(["remove"]), checkpoint)
     assert DeltaTable(str(root)).snapshot().num_files == 4
+
+
+def test_a_damaged_checkpoint_footer_is_refused_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pyarrow's text for a footer it cannot decode ends with a newline ("Couldn't deserialize thrift: ...\\n"):
+    the message keeps one line (the CLI prints one line per error)."""
+    root = make_table(tmp_path)
+    checkpoint = root / "_delta_log" / CHECKPOINT
+    data = bytearray(checkpoint.read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    data[footer] ^= 0xFF  # the first byte of the footer's thrift
+    checkpoint.write_bytes(bytes(data))
+
+    with pytest.raises(CorruptLogError, match="cannot be read") as info:
+        DeltaTable(str(root)).snapshot()
+    assert "\n" not in str(info.value) and info.value.file is not None and info.value.file.endswith(CHECKPOINT)
+    for command in ("inspect", "convert"):
+        assert main([command, str(root)]) == 2
+        err = capsys.readouterr().err
+        assert "CorruptLogError: " in err and len(err.strip().splitlines()) == 1, err

@@ -507,10 +507,11 @@ def _raise_bad_line(
                 high = mid
         line_no = lines[low - 1][0]
         raise CorruptLogError(
-            f"line {line_no} does not follow the protocol's schema for add/remove actions: {exc}",
+            f"line {line_no} does not follow the protocol's schema for add/remove actions: {_one_line(exc)}",
             table=table, version=version, file=storage.uri(entry.key),
         ) from exc
-    raise CorruptLogError(f"file actions do not follow the protocol's schema: {exc}", table=table) from exc
+    raise CorruptLogError(f"file actions do not follow the protocol's schema: {_one_line(exc)}",
+                          table=table) from exc
 
 
 # Protocol types of the add/remove fields that are not objects (JSON integers for the int64/int32 fields).
@@ -729,6 +730,11 @@ def _projection(pf: pq.ParquetFile, with_stats: bool, kinds: Sequence[str] = _FI
     return columns
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception's text on one line (pyarrow's Parquet and JSON errors end with, or hold, newlines)."""
+    return " ".join(str(exc).split())
+
+
 def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sidecar: bool) -> pq.ParquetFile:
     fs, path = storage.arrow_path(entry.key)
     try:
@@ -739,7 +745,7 @@ def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sid
         raise MissingCheckpointPartError(f"the {kind} is missing", table=table, version=version,
                                          file=storage.uri(entry.key)) from exc
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+        raise CorruptLogError(f"the checkpoint file cannot be read: {_one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     problem = checkpoint_type_problem(schema)
     if problem is not None:
@@ -785,7 +791,7 @@ def read_parquet_checkpoint_part(
                 raise CorruptLogError(f"{_A[kind]} action{'' if path is None else f' of {path}'} has no {name}",
                                       table=table, version=version, file=storage.uri(entry.key))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+        raise CorruptLogError(f"the checkpoint file cannot be read: {_one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     return ActionBatch(_concat_file_actions(pieces), other)
 
@@ -843,7 +849,7 @@ def iter_checkpoint_stats(
             batches = read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows))
             yield from map_ahead(lambda batch: _batch_stats(batch, target, parse_json), batches)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+        raise CorruptLogError(f"the checkpoint file cannot be read: {_one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     except StatsParseError as exc:
         raise CorruptLogError(exc.describe(), table=table, version=version, file=storage.uri(entry.key)) from exc
