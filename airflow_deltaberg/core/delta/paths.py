@@ -6,8 +6,17 @@ segments are resolved as URI references are (RFC 3986 5.2.4, as Delta itself res
 paths); one that climbs above the table root is refused: readers would be sent to files that are not the
 table's. Absolute paths stay allowed, and ``files_outside_table`` tells which of them lie outside the root.
 
-The checks are column-wise: plain relative paths (no ``%``, no ``..``) cost one scan of the path bytes, and only
-the few paths that need it are resolved in Python.
+A data path must name a data file: an empty one, one that resolves to the table root or a folder, and one with a
+query or fragment (a raw '?' or '#', which a writer percent-encodes in a file name) are refused
+(data_path_problem says why for each).
+
+Two identities: the reconciliation key is the path as logged (Delta on Spark, for relative paths, and deltalake
+compare the strings: ``part%2D1`` and ``part-1`` are two logical files to them), while ``data_file_identities``
+tells which data file a path names (decoded, dot segments resolved, an absolute URI inside the table as its
+relative part), so that one file live under two spellings can be refused.
+
+The checks are column-wise: plain relative paths (no '%', no dot segment, no scheme, query or fragment) cost a
+few scans of the path bytes (scan_paths), and only the few paths that need it are resolved in Python.
 """
 
 from __future__ import annotations
