@@ -25,7 +25,7 @@ from deltalake import write_deltalake
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.errors import CorruptLogError, UnsupportedFeatureError
 
 CM_TABLE = "cdf-column-mapping-name-mode"  # name mode, columns id, name, value (ids 1-3), five commits
 CM_ID_TABLE = "cdf-column-mapping-id-mode"  # the same in id mode
@@ -249,3 +249,17 @@ def test_valid_protocols_stay_allowed(tmp_path: Path, fields: dict[str, Any]) ->
     root = make_table(tmp_path)
     log_file(root, 2).write_text(json.dumps({"protocol": fields}) + "\n")
     assert DeltaTable(str(root)).snapshot().protocol.min_writer_version == fields["minWriterVersion"]
+
+
+def test_an_unknown_reader_feature_is_named_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A feature name holding a newline is shown escaped: the CLI prints one line per error."""
+    root = make_table(tmp_path)
+    log_file(root, 2).write_text(json.dumps({"protocol": {
+        "minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["columnMapping\nx"],
+        "writerFeatures": ["columnMapping\nx"]}}) + "\n")
+    with pytest.raises(UnsupportedFeatureError, match=r"'columnMapping\\nx'") as info:
+        DeltaTable(str(root)).snapshot()
+    assert "\n" not in str(info.value)
+    assert main(["inspect", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "UnsupportedFeatureError: " in err and len(err.strip().splitlines()) == 1, err

@@ -234,9 +234,14 @@ def check_readable(protocol: Protocol, table: str, version: int) -> None:
     unsupported = sorted(protocol.effective_reader_features - SUPPORTED_READER_FEATURES)
     if unsupported:
         raise UnsupportedFeatureError(
-            f"unsupported reader feature(s) {', '.join(unsupported)}; upgrade airflow-deltaberg "
+            f"unsupported reader feature(s) {', '.join(map(_feature_text, unsupported))}; upgrade airflow-deltaberg "
             "or read the table with an engine that implements them", table=table, version=version,
         )
+
+
+def _feature_text(name: str) -> str:
+    """A feature name as shown in a message: escaped when it holds a newline or another unprintable character."""
+    return name if name.isprintable() else repr(name)
 
 
 def _ict_enablement(metadata: Metadata) -> int | None:
