@@ -170,8 +170,9 @@ def _percent_decoded(chunk: pa.Array) -> pa.Array:
     keep = np.ones(len(raw), dtype=bool)
     keep[marks + 1] = False
     keep[marks + 2] = False
-    dropped = np.concatenate(([0], np.cumsum(~keep)))
-    new_offsets = (offsets - dropped[offsets]).astype(np.int64)
+    # Each escape drops two bytes of its value: a value starts earlier by two per escape of the values before it.
+    per_value = np.bincount(np.searchsorted(offsets[1:], marks, side="right"), minlength=len(chunk)) * 2
+    new_offsets = offsets - np.concatenate(([0], np.cumsum(per_value)))
     validity = None
     if chunk.null_count:
         validity = pa.array(np.asarray(chunk.is_valid())).buffers()[1]
@@ -209,7 +210,6 @@ _DOT, _SLASH = ord("."), ord("/")
 # Rare bytes that make a path unusual: a scheme's ':', a query or fragment. An encoded dot or slash ("%2E",
 # "%2F", any case), which decodes to a dot segment or a folder, is looked for where '%' occurs.
 _RARE = (b":", b"?", b"#")
-_ENCODED = (b"%2E", b"%2e", b"%2F", b"%2f")
 
 
 def _positions(raw: np.ndarray, needle: bytes) -> np.ndarray:
@@ -241,25 +241,32 @@ def _scan_chunk(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         flags |= nonempty & ((first == _SLASH) | (first == _DOT) | (last == _SLASH) | (last == _DOT))
     # The rare bytes: a substring search (memchr) tells whether numpy needs to find them at all. Dot segments
     # ("/." and ".."): where a dot follows a dot or a slash. A match across two values costs a false candidate.
+    # Rows are marked in a mask (positions come in order, rows may repeat).
     data = raw.tobytes()
     ends = offsets[1:]
+    unusual = flags
 
-    def rows_of(positions: np.ndarray) -> np.ndarray:
-        return np.searchsorted(ends, positions, side="right")
+    def mark(positions: np.ndarray, mask: np.ndarray) -> None:
+        mask[np.searchsorted(ends, positions, side="right")] = True
 
-    found = [rows_of(_positions(raw, needle)) for needle in _RARE if needle in data]
-    percent = np.empty(0, np.int64)
+    for needle in _RARE:
+        if needle in data:
+            mark(_positions(raw, needle), unusual)
+    percent = np.zeros(n, dtype=bool)
     if b"%" in data:
-        percent = np.unique(rows_of(_positions(raw, b"%")))
-        found.extend(rows_of(_positions(raw, needle)) for needle in _ENCODED if needle in data)
+        marks = _positions(raw, b"%")
+        mark(marks, percent)
+        marks = marks[marks + 2 < len(raw)]
+        encoded = (raw[marks + 1] == ord("2")) & np.isin(raw[marks + 2] | 0x20, (ord("e"), ord("f")))
+        if encoded.any():
+            mark(marks[encoded], unusual)
     if len(raw) > 1:
         dot = raw == _DOT
         after = dot[1:]
         after &= dot[:-1] | (raw[:-1] == _SLASH)
         if after.any():
-            found.append(rows_of(np.flatnonzero(after)))
-    unusual = np.unique(np.concatenate([*found, np.flatnonzero(flags)]))
-    return percent, unusual
+            mark(np.flatnonzero(after), unusual)
+    return np.flatnonzero(percent), np.flatnonzero(unusual)
 
 
 def scan_paths(paths: pa.Array | pa.ChunkedArray) -> PathScan:
