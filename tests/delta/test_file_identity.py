@@ -271,3 +271,29 @@ def test_a_checkpoint_spelling_and_a_commit_spelling_are_compared_as_logged(tmp_
 
     assert kernel_values(root, "id") == [0, 1, 2, 10, 11, 12]
     assert DeltaTable(str(root)).snapshot().num_files == 2
+
+
+# -- keys of a checkpoint and of the commits after it ------------------------------------------------------------
+
+
+def test_a_commit_without_deletion_vectors_removes_a_file_of_a_checkpoint_with_some(
+    copy_fixture: Callable[[str], Path],
+) -> None:
+    """The checkpoint's keys and the commits' keys are built alike: a checkpoint holding a file with a deletion
+    vector, then a commit (without any) removing another file of the checkpoint, removes it (it stayed live)."""
+    import shutil
+
+    root = copy_fixture(DV_TABLE)
+    part = next(root.glob("part-*.parquet"))
+    shutil.copyfile(part, root / "other.parquet")
+    log_file(root, 2).write_text(json.dumps({"add": {
+        "path": "other.parquet", "partitionValues": {}, "size": part.stat().st_size, "modificationTime": 1,
+        "dataChange": True, "stats": json.dumps({"numRecords": 10})}}) + "\n")
+    deltalake.DeltaTable(str(root)).create_checkpoint()
+    log_file(root, 3).write_text(json.dumps({"remove": {"path": "other.parquet", "deletionTimestamp": 2,
+                                                        "dataChange": True}}) + "\n")
+    expected = kernel_values(root, "value")
+    assert len(expected) == 8  # the data file with its deletion vector; other.parquet is removed
+
+    assert DeltaTable(str(root)).snapshot().files.column("path").to_pylist() == [part.name]
+    assert iceberg_values(convert(str(root)).metadata_location, "value") == expected

@@ -217,17 +217,16 @@ def _newest_per_logical_file(files: pa.Table, n_reconciled: int,
     """Row indices (ascending) of the newest action for each (path, deletionVector.uniqueId), or None when
     that is every row. The first ``n_reconciled`` rows (a checkpoint) hold each key at most once;
     ``commit_paths`` are the dictionary-encoded path keys of the other rows."""
-    tail_files = files.slice(n_reconciled)
-    tail_has_dv = _has_dv(tail_files)
+    head_files, tail_files = files.slice(0, n_reconciled), files.slice(n_reconciled)
+    # The keys of the checkpoint and of the commits are built alike: with the deletion vector's id as soon as one
+    # side has a deletion vector (a path alone never equals a path joined with an id).
+    with_dv = _has_dv(head_files) or _has_dv(tail_files)
     if not n_reconciled:
-        return _last_of_each_key(commit_paths if not tail_has_dv else _combined(_logical_keys(tail_files)))
+        return _last_of_each_key(_combined(_logical_keys(tail_files)) if with_dv else commit_paths)
     # Only checkpoint rows whose key the commits repeat can be superseded: look those up instead of hashing
     # every checkpoint key.
-    if tail_has_dv or _has_dv(files.slice(0, n_reconciled)):
-        tail = _combined(_logical_keys(tail_files))
-    else:
-        tail = _combined(tail_files.column("path"))
-    head = _logical_keys(files.slice(0, n_reconciled))
+    tail = _combined(_logical_keys(tail_files) if with_dv else tail_files.column("path"))
+    head = _logical_keys(head_files) if with_dv else head_files.column("path")
     hit = np.flatnonzero(to_numpy(pc.is_in(head, value_set=pc.unique(tail))))
     candidates = np.concatenate([hit, np.arange(n_reconciled, files.num_rows)])
     kept = _last_of_each_key(pa.concat_arrays([_combined(head.take(from_numpy(hit))), tail]))
@@ -249,14 +248,12 @@ def _has_dv(files: pa.Table) -> bool:
 
 
 def _logical_keys(files: pa.Table) -> pa.ChunkedArray:
-    """path plus the deletion vector's unique id, one string per row.
+    """path plus the deletion vector's unique id (empty without one), one string per row.
 
     The path as logged: Delta on Spark (for relative paths) and deltalake compare the strings, so `part%2D1` and
     `part-1` are two logical files to them, and to the replay (the same data file live twice is refused after it,
     see refuse_file_live_twice)."""
     path = files.column("path")
-    if not _has_dv(files):
-        return path
     dv = files.column("deletionVector")
     offset = pc.struct_field(dv, "offset")
     offset_str = pc.if_else(offset.is_valid(), pc.binary_join_element_wise("@", offset.cast(pa.string()), ""), "")
