@@ -19,7 +19,9 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
+from airflow_deltaberg.core.delta.checkpoint_schema import checkpoint_type_problem
 from airflow_deltaberg.core.delta.stats import StatsParseError, conform
+from airflow_deltaberg.core.delta.utf8 import arrow_utf8_problem, ndjson_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
 from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage
@@ -259,6 +261,11 @@ def read_json_actions(
         except FileNotFoundError as exc:
             raise CorruptLogError("a listed log file has disappeared", table=table, version=version,
                                   file=storage.uri(entry.key)) from exc
+        text_problem = ndjson_utf8_problem(data)
+        if text_problem is not None:
+            line_no, problem = text_problem
+            raise CorruptLogError(f"line {line_no} {problem}", table=table, version=version,
+                                  file=storage.uri(entry.key))
         if data and not data.endswith(b"\n"):
             if not _is_complete_json(data.rsplit(b"\n", 1)[-1]):
                 last_line = data.count(b"\n") + 1
@@ -500,10 +507,11 @@ def _raise_bad_line(
                 high = mid
         line_no = lines[low - 1][0]
         raise CorruptLogError(
-            f"line {line_no} does not follow the protocol's schema for add/remove actions: {exc}",
+            f"line {line_no} does not follow the protocol's schema for add/remove actions: {_one_line(exc)}",
             table=table, version=version, file=storage.uri(entry.key),
         ) from exc
-    raise CorruptLogError(f"file actions do not follow the protocol's schema: {exc}", table=table) from exc
+    raise CorruptLogError(f"file actions do not follow the protocol's schema: {_one_line(exc)}",
+                          table=table) from exc
 
 
 # Protocol types of the add/remove fields that are not objects (JSON integers for the int64/int32 fields).
@@ -722,17 +730,28 @@ def _projection(pf: pq.ParquetFile, with_stats: bool, kinds: Sequence[str] = _FI
     return columns
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception's text on one line (pyarrow's Parquet and JSON errors end with, or hold, newlines)."""
+    return " ".join(str(exc).split())
+
+
 def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sidecar: bool) -> pq.ParquetFile:
     fs, path = storage.arrow_path(entry.key)
     try:
-        return pq.ParquetFile(path, filesystem=fs)
+        pf = pq.ParquetFile(path, filesystem=fs)
+        schema = pf.schema_arrow
     except FileNotFoundError as exc:
         kind = "sidecar" if sidecar else "checkpoint part"
         raise MissingCheckpointPartError(f"the {kind} is missing", table=table, version=version,
                                          file=storage.uri(entry.key)) from exc
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise CorruptLogError(f"the checkpoint file cannot be read: {_one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
+    problem = checkpoint_type_problem(schema)
+    if problem is not None:
+        raise CorruptLogError(f"the checkpoint's {problem}", table=table, version=version,
+                              file=storage.uri(entry.key))
+    return pf
 
 
 def read_parquet_checkpoint_part(
@@ -752,13 +771,16 @@ def read_parquet_checkpoint_part(
         other_groups = sorted({g for c in other_columns for g in groups[c]})
         other = []
         if other_columns:
-            other = _other_actions(pf.read_row_groups(other_groups, columns=other_columns), version)
+            other_data = pf.read_row_groups(other_groups, columns=other_columns)
+            _refuse_bad_strings(other_data, table, version, storage.uri(entry.key))
+            other = _other_actions(other_data, version)
         file_kinds = [k for k in _FILE_KINDS if groups.get(k)]
         file_columns = _projection(pf, with_stats, file_kinds)
         file_groups = sorted({g for k in file_kinds for g in groups[k]})
         pieces = []
         if file_columns:
             for batch in _sliced_batches(storage, entry, pf, file_groups, file_columns):
+                _refuse_bad_strings(batch, table, version, storage.uri(entry.key))
                 pieces.extend(_batch_file_actions(batch, version))
         for piece in pieces:
             missing = missing_required_field(piece)
@@ -768,10 +790,22 @@ def read_parquet_checkpoint_part(
                 path = piece.column("path")[row].as_py()
                 raise CorruptLogError(f"{_A[kind]} action{'' if path is None else f' of {path}'} has no {name}",
                                       table=table, version=version, file=storage.uri(entry.key))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise CorruptLogError(f"the checkpoint file cannot be read: {_one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     return ActionBatch(_concat_file_actions(pieces), other)
+
+
+def _refuse_bad_strings(data: pa.Table | pa.RecordBatch, table: str, version: int, file: str) -> None:
+    """Raise CorruptLogError when data read from a Parquet log file holds strings that are not UTF-8 (a Parquet
+    reader does not check them)."""
+    problem = arrow_utf8_problem(data)
+    if problem is not None:
+        raise CorruptLogError(f"the checkpoint {problem}", table=table, version=version, file=file)
+
+
+class _StringsNotUtf8(Exception):
+    """Raised in a stats worker for a batch whose strings are not UTF-8 (turned into CorruptLogError)."""
 
 
 def iter_checkpoint_stats(
@@ -814,11 +848,14 @@ def iter_checkpoint_stats(
             # idle at its start and end.
             batches = read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows))
             yield from map_ahead(lambda batch: _batch_stats(batch, target, parse_json), batches)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptLogError(f"the checkpoint file cannot be read: {exc}", table=table, version=version,
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise CorruptLogError(f"the checkpoint file cannot be read: {_one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     except StatsParseError as exc:
         raise CorruptLogError(exc.describe(), table=table, version=version, file=storage.uri(entry.key)) from exc
+    except _StringsNotUtf8 as exc:
+        raise CorruptLogError(f"the checkpoint {exc}", table=table, version=version,
+                              file=storage.uri(entry.key)) from exc
 
 
 def _sliced_batches(
@@ -884,6 +921,9 @@ def _struct_stats_complete(pf: pq.ParquetFile, group: int) -> bool:
 
 def _batch_stats(batch: pa.RecordBatch, target: pa.StructType, parse_json: Callable[[pa.Array], pa.Array]) -> pa.Array:
     """The stats of the adds of a checkpoint batch (rows without an add left out)."""
+    problem = arrow_utf8_problem(batch)
+    if problem is not None:
+        raise _StringsNotUtf8(problem)
     add = batch.column("add")
     if add.null_count == len(add):
         return pa.nulls(0, target)

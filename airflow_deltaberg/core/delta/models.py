@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from airflow_deltaberg.core.delta.schema import StructType, parse_schema
+from airflow_deltaberg.core.delta.schema import PrimitiveType, StructType, check_column_mapping, parse_schema
 
 # Features implied by legacy (pre-table-features) protocol versions.
 _LEGACY_WRITER_FEATURES = {
@@ -33,12 +33,42 @@ class Protocol:
         type."""
         rf = _optional(action, "readerFeatures", _is_string_list, "a list of strings")
         wf = _optional(action, "writerFeatures", _is_string_list, "a list of strings")
-        return cls(
+        protocol = cls(
             _required(action, "minReaderVersion", is_int, "an integer"),
             _required(action, "minWriterVersion", is_int, "an integer"),
             frozenset(rf) if rf is not None else None,
             frozenset(wf) if wf is not None else None,
         )
+        protocol.check()
+        return protocol
+
+    def check(self) -> None:
+        """Raise ValueError for a protocol the protocol text makes invalid, where reading it anyway would guess
+        which features are in force (and with column mapping or deletion vectors, which rows the table has).
+
+        - Versions start at 1 (reader versions 1-3, writer versions 1-7 are defined).
+        - "readerFeatures ... (exist only when `minReaderVersion` is set to `3`)", "writerFeatures ... (exist only
+          when `minWriterVersion` is set to `7`)" (Protocol Evolution); and "When the table's Reader Version is 3,
+          `readerFeatures` must exist in the `protocol` action, and when the Writer Version is 7,
+          `writerFeatures` must exist in the `protocol` action" (Table Features). A reader version above 3 is a
+          protocol this project does not know: refused as unsupported (check_readable), whatever it lists.
+        """
+        for name, version in (("minReaderVersion", self.min_reader_version),
+                              ("minWriterVersion", self.min_writer_version)):
+            if version < 1:
+                raise ValueError(f"{name} {version} is not a protocol version (they start at 1)")
+        if self.min_reader_version > 3 or self.min_writer_version > 7:
+            return
+        if self.reader_features is not None and self.min_reader_version < 3:
+            raise ValueError(f"readerFeatures are listed with reader version {self.min_reader_version}; they exist "
+                             "only with reader version 3")
+        if self.writer_features is not None and self.min_writer_version < 7:
+            raise ValueError(f"writerFeatures are listed with writer version {self.min_writer_version}; they exist "
+                             "only with writer version 7")
+        if self.min_reader_version == 3 and self.reader_features is None:
+            raise ValueError("reader version 3 needs readerFeatures (the protocol lists none)")
+        if self.min_writer_version == 7 and self.writer_features is None:
+            raise ValueError("writer version 7 needs writerFeatures (the protocol lists none)")
 
     def to_action(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -123,6 +153,29 @@ class Metadata:
     @cached_property
     def schema(self) -> StructType:
         return parse_schema(self.schema_string)
+
+    def check(self) -> None:
+        """Parse the schema and raise ValueError (SchemaError) for what the protocol makes invalid in it or in the
+        partition columns: a partition column that is not a column, is listed twice (Delta's readers refuse
+        both), or has a nested type (Delta partitions by primitive values; a partition value is one string); and
+        under column mapping, columns a reader could not tell apart (schema.check_column_mapping: "every column -
+        nested or leaf - is assigned a unique physical name, and a unique 32-bit integer as an id")."""
+        schema = self.schema
+        seen: set[str] = set()
+        for name in self.partition_columns:
+            if name in seen:
+                raise ValueError(f"the partition column {name!r} is listed twice")
+            seen.add(name)
+            try:
+                column = schema.field(name)
+            except KeyError:
+                raise ValueError(f"the partition column {name!r} is not in the schema") from None
+            if not isinstance(column.type, PrimitiveType):
+                kind = "struct" if isinstance(column.type, StructType) else column.type.to_json()["type"]
+                raise ValueError(f"the partition column {name!r} has the type {kind}; a partition column must have "
+                                 "a primitive type")
+        if self.column_mapping_mode in ("id", "name"):
+            check_column_mapping(schema)
 
     @property
     def column_mapping_mode(self) -> str:

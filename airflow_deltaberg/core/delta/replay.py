@@ -7,6 +7,7 @@ import posixpath
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
@@ -25,7 +26,7 @@ from airflow_deltaberg.core.delta.actions import (
 )
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
-from airflow_deltaberg.core.delta.paths import refuse_paths_outside_table
+from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -169,15 +170,23 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             file=storage.uri(segment.checkpoint.files[0].key if segment.checkpoint else LOG_DIR),
         )
     all_files = pa.concat_tables([b.file_actions for b in batches])
+    source_file = partial(_source_file, storage, segment)
+    commit_rows = all_files.slice(n_checkpoint_rows)
+    # The paths as logged are the reconciliation key (see _logical_keys).
     # A checkpoint is already reconciled (one row per logical file): only keys the commits touch can repeat.
-    keep = _newest_per_logical_file(all_files, n_checkpoint_rows) if all_files.num_rows > n_checkpoint_rows else None
+    keep = None
+    if commit_rows.num_rows:
+        commit_paths = pc.dictionary_encode(_combined(commit_rows.column("path")))
+        refuse_repeated_file_actions(commit_rows, table, source_file, commit_paths)
+        keep = _newest_per_logical_file(all_files, n_checkpoint_rows, commit_paths)
     if keep is not None:
         # keep is ascending: a mask filter gives the same rows in the same order, chunk by chunk (no
         # concatenation of multi-GB string columns as take would do).
         mask = np.zeros(all_files.num_rows, dtype=bool)
         mask[keep] = True
         all_files = all_files.filter(from_numpy(mask))
-    refuse_paths_outside_table(all_files, table, lambda version: _source_file(storage, segment, version))
+    scan = scan_paths(all_files.column("path"))
+    refuse_invalid_paths(all_files, table, source_file, scan)
     is_add = all_files.column("is_add")
     is_add_np = to_numpy(is_add)
     if is_add_np.all():
@@ -185,6 +194,8 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     else:
         adds = all_files.filter(is_add)
         removes = all_files.filter(pc.invert(is_add))
+        scan = scan.of_rows(is_add_np)
+    refuse_file_live_twice(adds, table, source_file, scan)
     add_index = None
     if checkpoint_stats is not None:
         # Which checkpoint add each live file is: the checkpoint rows are the first rows of all_files.
@@ -201,15 +212,21 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
 
 
-def _newest_per_logical_file(files: pa.Table, n_reconciled: int = 0) -> np.ndarray | None:
+def _newest_per_logical_file(files: pa.Table, n_reconciled: int,
+                             commit_paths: pa.DictionaryArray) -> np.ndarray | None:
     """Row indices (ascending) of the newest action for each (path, deletionVector.uniqueId), or None when
-    that is every row. The first ``n_reconciled`` rows (a checkpoint) hold each key at most once."""
+    that is every row. The first ``n_reconciled`` rows (a checkpoint) hold each key at most once;
+    ``commit_paths`` are the dictionary-encoded path keys of the other rows."""
+    head_files, tail_files = files.slice(0, n_reconciled), files.slice(n_reconciled)
+    # The keys of the checkpoint and of the commits are built alike: with the deletion vector's id as soon as one
+    # side has a deletion vector (a path alone never equals a path joined with an id).
+    with_dv = _has_dv(head_files) or _has_dv(tail_files)
     if not n_reconciled:
-        return _last_of_each_key(_combined(_logical_keys(files)))
+        return _last_of_each_key(_combined(_logical_keys(tail_files)) if with_dv else commit_paths)
     # Only checkpoint rows whose key the commits repeat can be superseded: look those up instead of hashing
     # every checkpoint key.
-    tail = _combined(_logical_keys(files.slice(n_reconciled)))
-    head = _logical_keys(files.slice(0, n_reconciled))
+    tail = _combined(_logical_keys(tail_files) if with_dv else tail_files.column("path"))
+    head = _logical_keys(head_files) if with_dv else head_files.column("path")
     hit = np.flatnonzero(to_numpy(pc.is_in(head, value_set=pc.unique(tail))))
     candidates = np.concatenate([hit, np.arange(n_reconciled, files.num_rows)])
     kept = _last_of_each_key(pa.concat_arrays([_combined(head.take(from_numpy(hit))), tail]))
@@ -225,12 +242,19 @@ def _combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
 
+def _has_dv(files: pa.Table) -> bool:
+    dv = files.column("deletionVector")
+    return dv.null_count < len(dv)
+
+
 def _logical_keys(files: pa.Table) -> pa.ChunkedArray:
-    """path plus the deletion vector's unique id, one string per row."""
+    """path plus the deletion vector's unique id (empty without one), one string per row.
+
+    The path as logged: Delta on Spark (for relative paths) and deltalake compare the strings, so `part%2D1` and
+    `part-1` are two logical files to them, and to the replay (the same data file live twice is refused after it,
+    see refuse_file_live_twice)."""
     path = files.column("path")
     dv = files.column("deletionVector")
-    if dv.null_count == len(dv):
-        return path
     offset = pc.struct_field(dv, "offset")
     offset_str = pc.if_else(offset.is_valid(), pc.binary_join_element_wise("@", offset.cast(pa.string()), ""), "")
     uid = pc.binary_join_element_wise(pc.struct_field(dv, "storageType"), pc.struct_field(dv, "pathOrInlineDv"),
@@ -239,11 +263,12 @@ def _logical_keys(files: pa.Table) -> pa.ChunkedArray:
     return pc.binary_join_element_wise(path, uid, "\x00")
 
 
-def _last_of_each_key(key: pa.Array) -> np.ndarray | None:
-    """Positions (ascending) of the last occurrence of each key, or None when no key repeats."""
+def _last_of_each_key(key: pa.Array | pa.DictionaryArray) -> np.ndarray | None:
+    """Positions (ascending) of the last occurrence of each key (or of each dictionary-encoded key), or None when
+    no key repeats."""
     # Hash the keys to group ids in one pass. (No group_by: it pulls in pyarrow.dataset, whose import
     # costs more than the whole replay of a mid-size log.)
-    encoded = pc.dictionary_encode(key)
+    encoded = key if isinstance(key, pa.DictionaryArray) else pc.dictionary_encode(key)
     if len(encoded.dictionary) == len(key):
         return None
     group = to_numpy(encoded.indices)
@@ -251,6 +276,105 @@ def _last_of_each_key(key: pa.Array) -> np.ndarray | None:
     ordered = group[order]
     last = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
     return np.sort(order[last]).astype(np.int64)
+
+
+def refuse_repeated_file_actions(files: pa.Table, table: str, source_file: Callable[[int], str],
+                                 paths: pa.DictionaryArray | None = None) -> None:
+    """Raise CorruptLogError for a commit holding two adds, or two removes, of one path (``files``: the
+    FILE_ACTIONS_SCHEMA rows of commits; ``paths``: their dictionary-encoded path keys, when known).
+
+    The protocol (Action Reconciliation): "a valid version is restricted to contain at most one file action of
+    the same type (i.e. add/remove) for any one combination of path and dvId. Moreover, for simplicity it is
+    required that there is at most one file action of the same type for any path (regardless of dvId)." The
+    actions of a commit have no order, so which of two adds is in force is undefined. Costs one hash of the
+    paths, and nothing more when no path repeats in the rows at all.
+    """
+    if not files.num_rows:
+        return
+    if paths is None:
+        paths = pc.dictionary_encode(_combined(files.column("path")))
+    n_keys = len(paths.dictionary)
+    if n_keys == files.num_rows:
+        return
+    codes = to_numpy(paths.indices.fill_null(n_keys)).astype(np.int64)
+    repeated = np.flatnonzero(np.bincount(codes, minlength=n_keys + 1)[codes] > 1)
+    versions = to_numpy(files.column("version").take(from_numpy(repeated)).fill_null(-1)).astype(np.int64)
+    is_add = to_numpy(files.column("is_add").take(from_numpy(repeated)).fill_null(False)).astype(np.int64)
+    # One integer per (version, path, type): equal integers are two actions of one type for one path.
+    key = ((versions - versions.min()) * (n_keys + 1) + codes[repeated]) * 2 + is_add
+    order = np.argsort(key, kind="stable")
+    twice = np.flatnonzero(key[order][1:] == key[order][:-1])
+    if not len(twice):
+        return
+    row = int(repeated[order[twice + 1]].min())
+    version = files.column("version")[row].as_py()
+    kind = "add" if files.column("is_add")[row].as_py() else "remove"
+    raise CorruptLogError(
+        f"the commit holds two {kind} actions for the file {files.column('path')[row].as_py()!r}; a valid version "
+        "holds at most one file action of each type for any path (the order of a commit's actions is undefined)",
+        table=table, version=version, file=source_file(version),
+    )
+
+
+def refuse_file_live_twice(adds: pa.Table, table: str, source_file: Callable[[int], str],
+                           scan: PathScan | None = None) -> None:
+    """Raise CorruptLogError when one data file is live twice (``adds``: the live FILE_ACTIONS_SCHEMA rows of the
+    table at location ``table``): two live adds of one path with different deletion vectors, or of two spellings
+    of one file (``part%2D1`` and ``part-1``, paths.data_file_identities).
+
+    The protocol's reconciliation key (path, deletionVector.uniqueId) lets such a state through (Delta on Spark
+    and deltalake compare the path strings as logged, and read the file twice), but no Delta writer leaves it: a
+    new deletion vector comes with the remove of the file's previous add in the same commit, and a writer spells
+    its paths one way. Two live copies mean a lost or unmatched remove, i.e. a damaged log, hence CorruptLogError
+    rather than an unsupported feature; Iceberg could not express it anyway (a data file is one entry, and its
+    position deletes apply to the path, not to one of its copies).
+
+    Cheap: without deletion vectors and without paths that can be spelled two ways ('%', dot segments, absolute
+    URIs), reconciliation left the paths unique and nothing is hashed; with deletion vectors only, only the
+    paths of the adds that have one are looked up. ``scan``: paths.scan_paths of the adds' paths, when known.
+    """
+    if not adds.num_rows:
+        return
+    paths = adds.column("path")
+    keys = data_file_identities(paths, table, scan)
+    has_dv = _has_dv(adds)
+    if keys is None and not has_dv:
+        return
+    if keys is None:
+        keys = _combined(paths).cast(pa.binary())
+        dv_keys = keys.filter(_combined(adds.column("deletionVector").is_valid()))
+        hit = to_numpy(pc.is_in(keys, value_set=dv_keys))
+        if int(hit.sum()) == len(dv_keys) and len(pc.unique(dv_keys)) == len(dv_keys):
+            return
+        rows = np.flatnonzero(hit)
+    else:
+        rows = np.arange(adds.num_rows)
+        if len(pc.unique(keys)) == len(keys):
+            return
+    codes = to_numpy(pc.dictionary_encode(keys.take(from_numpy(rows))).indices)
+    first_of: dict[int, int] = {}
+    for candidate, code in zip(rows.tolist(), codes.tolist(), strict=True):  # log order
+        if code in first_of:
+            row, first = candidate, first_of[code]
+            break
+        first_of[code] = candidate
+    else:
+        return
+    dv = adds.column("deletionVector")
+    version = adds.column("version")[row].as_py()
+    path, first_path = paths[row].as_py(), paths[first].as_py()
+    spelled = "" if path == first_path else f" (spelled {first_path!r})"
+    raise CorruptLogError(
+        f"the data file {path!r} is live twice: added {_with_dv(dv[row].is_valid)} while its add of version "
+        f"{adds.column('version')[first].as_py()}{spelled} {_with_dv(dv[first].is_valid)} is not removed; Delta "
+        "writers remove a file's add when they add it again (with a new deletion vector), so a remove is missing "
+        "(and Iceberg cannot express two copies of one file)",
+        table=table, version=version, file=source_file(version),
+    )
+
+
+def _with_dv(present: bool) -> str:
+    return "with a deletion vector" if present else "without a deletion vector"
 
 
 def _source_file(storage: Storage, segment: LogSegment, version: int) -> str:
@@ -296,10 +420,7 @@ def _reconcile_other(
         version, body = in_force["metaData"]
         with _naming_the_action(storage, table, segment, version, "metaData"):
             metadata = Metadata.from_action(body)
-            names = set(metadata.schema.names)  # parse now, so that a bad schemaString names its file
-            unknown = [c for c in metadata.partition_columns if c not in names]
-            if unknown:
-                raise ValueError(f"partition column(s) {', '.join(unknown)} are not in the schema")
+            metadata.check()  # the schema parsed now, so that a bad schemaString names its file
     return protocol, metadata, txns, domains, commit_info
 
 

@@ -296,6 +296,46 @@ def parse_schema(schema_string: str) -> StructType:
     return schema
 
 
+def check_column_mapping(schema: StructType) -> None:
+    """Raise SchemaError where a reader of a table with column mapping (mode id or name) could not tell two columns
+    apart, as Delta's kernel refuses them ("Duplicate column mapping ID", "Duplicate physicalName"): two fields with
+    one column mapping id anywhere in the schema ("every column - nested or leaf - is assigned ... a unique 32-bit
+    integer as an id"), or two fields of one struct with one physical name. Physical names are only held unique
+    among the fields of a struct, what a reader resolves them among: a table that turns column mapping on keeps
+    its column names as physical names, and two structs may both have an ``x``. (Nested ids of arrays and maps
+    are left to the IcebergCompat rules: Delta readers do not use them.)"""
+    ids: dict[int, str] = {}
+
+    def visit(struct: StructType, prefix: str) -> None:
+        names: dict[str, str] = {}
+        for f in struct.fields:
+            path = f"{prefix}{f.name}"
+            if f.physical_name in names:
+                raise SchemaError(f"the columns {names[f.physical_name]!r} and {path!r} have the same physical name "
+                                  f"{f.physical_name!r}")
+            names[f.physical_name] = path
+            cid = f.column_mapping_id
+            if cid is not None:
+                if cid in ids:
+                    raise SchemaError(f"the columns {ids[cid]!r} and {path!r} have the same column mapping id {cid}")
+                ids[cid] = path
+            for nested in _structs_in(f.type):
+                visit(nested, f"{path}.")
+
+    visit(schema, "")
+
+
+def _structs_in(t: DataType) -> Iterator[StructType]:
+    """The structs directly below a type: itself, or inside its array elements and map keys/values."""
+    if isinstance(t, StructType):
+        yield t
+    elif isinstance(t, ArrayType):
+        yield from _structs_in(t.element_type)
+    elif isinstance(t, MapType):
+        yield from _structs_in(t.key_type)
+        yield from _structs_in(t.value_type)
+
+
 def nested_slots(t: DataType, prefix: str = "") -> Iterator[tuple[str, DataType]]:
     """``.element`` / ``.key`` / ``.value`` suffixes (chained for nested arrays/maps) of the slots below a
     field, down to the next struct, with each slot's type: the keys of Delta's nested ids."""

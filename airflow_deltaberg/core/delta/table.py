@@ -17,8 +17,8 @@ from airflow_deltaberg.core.delta.log_segment import (
     list_log,
 )
 from airflow_deltaberg.core.delta.models import Metadata, Protocol, is_int
-from airflow_deltaberg.core.delta.paths import refuse_paths_outside_table
-from airflow_deltaberg.core.delta.replay import replay
+from airflow_deltaberg.core.delta.paths import refuse_invalid_paths
+from airflow_deltaberg.core.delta.replay import refuse_repeated_file_actions, replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
     CorruptLogError,
@@ -54,7 +54,7 @@ class CommitRange:
             if name == "metaData":
                 try:
                     metadata = Metadata.from_action(body)
-                    metadata.schema  # noqa: B018 - parsed here, so that a bad schemaString names its commit
+                    metadata.check()  # the schema parsed here, so that a bad schemaString names its commit
                 except ValueError as exc:
                     raise CorruptLogError(f"the metaData action is invalid: {exc}", table=self.table,
                                           version=version, file=self.files.get(version)) from exc
@@ -165,6 +165,9 @@ class DeltaTable:
 
     # -- commit ranges ----------------------------------------------------------------------------
 
+    def _commit_file(self, version: int) -> str:
+        return self.storage.uri(commit_key(version))
+
     def commits(self, start: int, end: int | None = None) -> CommitRange:
         """The actions of commits ``start``..``end`` (inclusive; ``end`` defaults to the latest)."""
         listing = list_log(self.storage, start)
@@ -206,7 +209,9 @@ class DeltaTable:
                     raise CorruptLogError(f"the protocol action is invalid: {exc}", table=self.location,
                                           version=version, file=self.storage.uri(commit_key(version))) from exc
                 check_readable(protocol, self.location, version)
-        refuse_paths_outside_table(batch.file_actions, self.location, lambda v: self.storage.uri(commit_key(v)))
+        # The same rules as a snapshot load: one file action of a type per path and commit, paths naming files.
+        refuse_repeated_file_actions(batch.file_actions, self.location, self._commit_file)
+        refuse_invalid_paths(batch.file_actions, self.location, self._commit_file)
         timestamps = {}
         infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
         for version, entry in files:
@@ -229,9 +234,14 @@ def check_readable(protocol: Protocol, table: str, version: int) -> None:
     unsupported = sorted(protocol.effective_reader_features - SUPPORTED_READER_FEATURES)
     if unsupported:
         raise UnsupportedFeatureError(
-            f"unsupported reader feature(s) {', '.join(unsupported)}; upgrade airflow-deltaberg "
+            f"unsupported reader feature(s) {', '.join(map(_feature_text, unsupported))}; upgrade airflow-deltaberg "
             "or read the table with an engine that implements them", table=table, version=version,
         )
+
+
+def _feature_text(name: str) -> str:
+    """A feature name as shown in a message: escaped when it holds a newline or another unprintable character."""
+    return name if name.isprintable() else repr(name)
 
 
 def _ict_enablement(metadata: Metadata) -> int | None:
