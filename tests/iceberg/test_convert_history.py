@@ -18,6 +18,7 @@ from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.table import StaticTable
 
 from airflow_deltaberg.cli import main as cli_main
+from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TIMESTAMP, DELTA_VERSION
 
@@ -215,3 +216,58 @@ def test_a_history_written_out_of_order_is_put_in_order(tmp_path: Path) -> None:
     result = convert(str(path))
     assert_time_ordered(metadata_of(result.metadata_location))
     assert_every_snapshot_reads_delta(path, result.metadata_location)
+
+
+def readd_commit(path: Path, version: int, adds: list[dict[str, Any]]) -> None:
+    actions = [{"commitInfo": {"timestamp": 1_800_000_000_000, "operation": "COMPUTE STATS"}},
+               *({"add": {**add, "dataChange": False}} for add in adds)]
+    commit_file(path, version).write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+def live_adds(path: Path, versions: range) -> list[dict[str, Any]]:
+    return [json.loads(line)["add"] for v in versions for line in commit_file(path, v).read_text().splitlines()
+            if line.startswith('{"add"')]
+
+
+def test_live_files_added_again_keep_their_rows(tmp_path: Path) -> None:
+    """An add of a live file without a remove replaces it (reconciliation keeps the newest add of a path and
+    deletion vector): Delta writes such commits when it recomputes statistics or backfills row ids. The incremental
+    conversion listed every such file a second time (each row twice)."""
+    path = tmp_path / "readded"
+    write_deltalake(str(path), _batch(0, 4), partition_by=["label"])
+    write_deltalake(str(path), _batch(4, 2), mode="append", partition_by=["label"])
+    first = convert(str(path))
+    readd_commit(path, 2, live_adds(path, range(2)))
+    write_deltalake(str(path), _batch(6, 2), mode="append", partition_by=["label"])
+    result = convert(str(path))
+    assert result.mode == "incremental" and result.snapshots_written == 2
+    assert_every_snapshot_reads_delta(path, result.metadata_location)
+    metadata = metadata_of(result.metadata_location)
+    readd = next(s for s in metadata["snapshots"] if s["summary"][DELTA_VERSION] == "2")
+    assert readd["summary"]["operation"] == "replace" and readd["summary"]["total-data-files"] == \
+        metadata_of(first.metadata_location)["snapshots"][-1]["summary"]["total-data-files"]
+
+
+def test_a_deletion_vector_kept_by_a_file_added_again(copy_fixture: Any) -> None:
+    """table-with-dv-small: version 1 gives the file a deletion vector; a later add of the same file with the same
+    deletion vector keeps the file's rows and its position deletes."""
+    path = copy_fixture("table-with-dv-small")
+    convert(str(path))
+    readd_commit(path, 2, live_adds(path, range(1, 2)))
+    result = convert(str(path))
+    assert result.mode == "incremental"
+    assert_every_snapshot_reads_delta(path, result.metadata_location)
+
+
+def test_a_file_added_again_with_another_deletion_vector_is_refused(copy_fixture: Any) -> None:
+    """The same file added again without its deletion vector and without a remove of the live one: it would be
+    live twice (once with, once without the deleted rows), which Iceberg cannot express."""
+    path = copy_fixture("table-with-dv-small")
+    first = convert(str(path))
+    before = sorted(p.name for p in (path / "_iceberg" / "metadata").iterdir())
+    readd_commit(path, 2, live_adds(path, range(0, 1)))  # version 0's add: no deletion vector
+    with pytest.raises(CorruptLogError) as info:
+        convert(str(path))
+    assert "version 2" in str(info.value) and "live twice" in str(info.value)
+    assert sorted(p.name for p in (path / "_iceberg" / "metadata").iterdir()) == before
+    assert convert(str(path), version=1).metadata_location == first.metadata_location

@@ -811,3 +811,30 @@ def test_date_like_partition_values_of_files_with_tags(iceberg_spark: Any, tmp_p
             "AS SELECT * FROM VALUES (1, '2020-01-01'), (2, '1969-12-31') AS t(id, s)")
     location = convert(str(path)).metadata_location
     assert_same_rows(iceberg_df(iceberg_spark, location), delta_df(iceberg_spark, path), "tagged")
+
+
+def _readding_commits(path: Path) -> list[int]:
+    """Versions whose commit adds files without removing any, all with dataChange=false."""
+    found = []
+    for commit in sorted((path / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text().splitlines()]
+        adds = [a["add"] for a in actions if "add" in a]
+        if adds and not any("remove" in a for a in actions) and not any(a["dataChange"] for a in adds):
+            found.append(int(commit.name.split(".")[0]))
+    return found
+
+
+def test_live_files_added_again_by_a_row_tracking_backfill(iceberg_spark: Any, tmp_path: Path) -> None:
+    """Enabling row tracking on an existing table backfills row ids: Delta re-adds every live file without removing
+    it (the newest add of a path replaces the older one). An incremental conversion keeps each file once."""
+    statement = "ALTER TABLE @ SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')"
+    path = tmp_path / "readded"
+    run_sql(iceberg_spark, path, f"CREATE TABLE @ (id INT, p STRING) USING delta TBLPROPERTIES ({NO_DV})",
+            "INSERT INTO @ VALUES (1, 'a'), (2, 'b')", "INSERT INTO @ VALUES (3, 'a')")
+    convert(str(path))
+    converted = max(int(c.name.split(".")[0]) for c in (path / "_delta_log").glob("*.json"))
+    run_sql(iceberg_spark, path, statement, "INSERT INTO @ VALUES (4, 'c')")
+    assert [v for v in _readding_commits(path) if v > converted], "Delta wrote no commit re-adding live files"
+    result = convert(str(path))
+    assert result.mode == "incremental"
+    assert_every_version_matches(iceberg_spark, path, result.metadata_location)

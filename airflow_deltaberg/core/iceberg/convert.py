@@ -45,6 +45,7 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
     write_state,
 )
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
+from airflow_deltaberg.core.iceberg.deletion_vector_files import deletion_vector_key
 from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files, expire_snapshots
 from airflow_deltaberg.core.iceberg.file_manifests import (
     SnapshotPlan,
@@ -56,6 +57,7 @@ from airflow_deltaberg.core.iceberg.file_manifests import (
 )
 from airflow_deltaberg.core.iceberg.manifest import FORMAT_VERSIONS, assign_first_row_ids, write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
+from airflow_deltaberg.core.iceberg.position_deletes import delete_file_key
 from airflow_deltaberg.core.iceberg.publish import (
     ICEBERG_DIR,
     METADATA_DIR,
@@ -402,6 +404,12 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
     manifests = list(tip.state.manifests)
     add_locations = data_file_locations(storage, adds.column("path").combine_chunks())
     removed_locations = data_file_locations(storage, removes.column("path").combine_chunks())
+    changes = pa.concat_arrays([adds.column("dataChange").combine_chunks(),
+                                removes.column("dataChange").combine_chunks()])
+    readded = _live_files_added_again(storage, manifests, plan, adds, add_locations, removed_locations)
+    if readded is not None:
+        # Their entries (and position deletes) stay as they are: the rows did not change.
+        adds, add_locations = adds.filter(pc.invert(readded)), add_locations.filter(pc.invert(readded))
     if removes.num_rows:
         gone = removed_locations.filter(pc.invert(pc.is_in(removed_locations, add_locations)))
         if len(gone):
@@ -415,10 +423,56 @@ def _convert_commit(storage: Storage, tip: _Tip, plan: SnapshotPlan, adds: pa.Ta
         if entries.deletes is not None:
             manifests += write_entry_manifests(storage, plan, entries.deletes, content="deletes")
     summary = _summary(manifests, plan.snapshot_id)
-    changes = pa.concat_arrays([adds.column("dataChange").combine_chunks(),
-                                removes.column("dataChange").combine_chunks()])
     new_tip = _commit_snapshot(storage, tip, plan, manifests, _operation(changes, summary), summary)
     return new_tip, int(summary["added-data-files"]), int(summary["deleted-data-files"])
+
+
+def _live_files_added_again(storage: Storage, manifests: Sequence[ManifestRecord], plan: SnapshotPlan,
+                            adds: pa.Table, add_locations: pa.Array, removed_locations: pa.Array) -> pa.Array | None:
+    """Which adds name a data file that is live already (and not removed by the same commit), or None for none.
+
+    Reconciliation lets a commit add a live file again without removing it: the newest add of a (path, deletion
+    vector) replaces the older one. Delta writes such adds with dataChange=false (statistics recomputed, row ids
+    backfilled when row tracking is enabled on an existing table); only those are looked up, in the manifests
+    whose path range holds them (appends of new files, dataChange=true, cost no read). The deletion vector must
+    be the live one: another one without a remove of the live file would leave the file live twice, which Iceberg
+    cannot express (CorruptLogError)."""
+    candidates = pc.and_(pc.invert(pc.fill_null(adds.column("dataChange").combine_chunks(), False)),
+                         pc.invert(pc.is_in(add_locations, removed_locations)))
+    if not pc.any(candidates).as_py():
+        return None
+    wanted = add_locations.filter(candidates)
+    live_data: list[pa.Array] = []
+    live_deletes: list[pa.Table] = []
+    for record in manifests:
+        if not record.may_contain(wanted):
+            continue
+        entries = read_entries(storage, record)
+        entries = entries.filter(pc.and_(pc.not_equal(entries.column("status"), 2),
+                                         pc.is_in(entries.column(data_path_column(record.info.content)), wanted)))
+        if record.info.content == 0:
+            live_data.append(entries.column("file_path").combine_chunks())
+        else:
+            live_deletes.append(entries.select(["referenced_data_file", "file_path"]))
+    if not live_data:
+        return None
+    readded = pc.and_(candidates, pc.is_in(add_locations, pa.concat_arrays(live_data)))
+    if not pc.any(readded).as_py():
+        return None
+    deletes = pa.concat_tables(live_deletes) if live_deletes else None
+    key_of = deletion_vector_key if plan.format_version >= 3 else delete_file_key
+    rows = np.flatnonzero(np.asarray(readded))
+    for row, location, dv in zip(rows.tolist(), add_locations.take(pa.array(rows)).to_pylist(),
+                                 adds.column("deletionVector").take(pa.array(rows)).to_pylist(), strict=True):
+        live = [] if deletes is None else \
+            deletes.filter(pc.equal(deletes.column("referenced_data_file"), location)).column("file_path").to_pylist()
+        expected = [] if not dv or not dv.get("cardinality") else [storage.uri(key_of(location, dv))]
+        if sorted(live) != expected:
+            raise CorruptLogError(
+                f"the data file {adds.column('path')[row].as_py()} is added again with another deletion vector than "
+                "its live one, which no remove takes away: it would be live twice", table=plan.table,
+                version=plan.delta_version)
+    return readded
 
 
 def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
