@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from airflow_deltaberg.core.compat import Level, validate
@@ -328,7 +330,7 @@ def _redactor(args: argparse.Namespace) -> Redactor:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.redact = _redactor(args)
-    with redacting_logs(args.redact):
+    with warnings_to_stderr(args.command), redacting_logs(args.redact):
         try:
             return args.run(args)
         except DeltabergError as exc:
@@ -338,6 +340,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(args, f"deltaberg {args.command}: unexpected {type(exc).__name__}: {one_line(exc)} "
                          f"({location_text(args.table)})", error=True)
             return EXIT_ERROR
+
+
+@contextmanager
+def warnings_to_stderr(command: str) -> Iterator[None]:
+    """Log warnings on stderr as ``deltaberg <command>: warning: <message>`` lines (unless the process has logging
+    set up already), so that they read apart from the error line."""
+    root = logging.getLogger()
+    if root.handlers:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_OneLineFormatter(command))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """``deltaberg <command>: <level>: <message>``, on one line."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.prefix = f"deltaberg {command}"
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{self.prefix}: {record.levelname.lower()}: {' '.join(record.getMessage().split())}"
 
 
 def one_line(error: BaseException) -> str:

@@ -336,5 +336,16 @@ def test_a_message_with_line_breaks_is_printed_on_one_line(table: Path, capsys: 
     (table / "_delta_log" / f"{version:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
     for command in ("inspect", "validate", "convert"):
         text = run_failing([command, str(table)], capsys, "UnsupportedFeatureError")
-        assert "bad feature" in text, text
+        assert "bad" in text and "feature" in text, text
     assert not (table / "_iceberg").exists()
+
+
+def test_warnings_are_lines_of_their_own(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A warning on the way (a malformed _last_checkpoint is ignored) is a `deltaberg <command>: warning:` line;
+    the command still succeeds."""
+    (table / "_delta_log" / "_last_checkpoint").write_text("[garbage")
+    assert exit_code(["inspect", str(table)]) == 0
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith("deltaberg inspect: warning: ") for line in lines), err
+    assert "_last_checkpoint" in err

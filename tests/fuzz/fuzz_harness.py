@@ -274,6 +274,7 @@ def run_cli(argv: list[str], timeout: int = CALL_TIMEOUT_S) -> CliRun:
 
 
 TYPED_LINE = re.compile(r"^deltaberg (\w+): (\w+): (.+)$")
+WARNING_LINE = re.compile(r"^deltaberg \w+: (warning|info|debug): ")
 
 
 def judge_cli(command: str, run: CliRun, table: str, ok_codes: tuple[int, ...], result: CaseResult) -> bool:
@@ -292,7 +293,8 @@ def judge_cli(command: str, run: CliRun, table: str, ok_codes: tuple[int, ...], 
     if run.code in ok_codes:
         result.outcomes[command] = f"exit {run.code}"
         return True
-    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    # Warnings logged on the way are lines of their own ("deltaberg <command>: warning: ..."); the error is one line.
+    lines = [line for line in run.stderr.splitlines() if line.strip() and not WARNING_LINE.match(line)]
     result.outcomes[command] = f"exit {run.code}: " + (lines[-1] if lines else "(no stderr)")
     if run.code != 2:
         result.findings.append(Finding("problem", "exit-code", command, f"exit {run.code}, stderr {run.stderr[-500:]}",
