@@ -340,9 +340,11 @@ def test_a_message_with_line_breaks_is_printed_on_one_line(table: Path, capsys: 
     assert not (table / "_iceberg").exists()
 
 
-def test_warnings_are_lines_of_their_own(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_warnings_are_lines_of_their_own(table: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A warning on the way (a malformed _last_checkpoint is ignored) is a `deltaberg <command>: warning:` line;
     the command still succeeds."""
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a shell: pytest's capture is not there
     (table / "_delta_log" / "_last_checkpoint").write_text("[garbage")
     assert exit_code(["inspect", str(table)]) == 0
     _, err = capsys.readouterr()
