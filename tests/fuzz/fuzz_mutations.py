@@ -628,9 +628,15 @@ def commit_info_field(ctx: FuzzContext) -> dict[str, Any]:
                             "engineInfo", "txnId"])
     result = _set_field(ctx, "commitInfo", field, _any_or_wrong,
                         where=lambda body: "inCommitTimestamp" not in body)
-    # Any JSON value keeps the table valid; a raw token (NaN, 007...) makes the line invalid JSON.
-    result["neutral"] = not (isinstance(result["new"], str) and result["new"].startswith("raw:"))
+    # Any JSON value keeps the table valid; a raw token (NaN, 007...) makes the line invalid JSON, and a lone
+    # surrogate is written as bytes that are not UTF-8 (readers refuse the commit).
+    new = result["new"]
+    result["neutral"] = not (isinstance(new, str) and (new.startswith("raw:") or _has_surrogate(new)))
     return result
+
+
+def _has_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
 
 
 def _partition_columns(ctx: FuzzContext) -> list[Any]:
@@ -705,7 +711,7 @@ def add_path(ctx: FuzzContext) -> dict[str, Any]:
     how = ctx.rng.choice(["dotdot", "dotdot_inside", "dot_slash", "leading_slash", "abs_same_file", "abs_outside",
                           "percent_equivalent", "percent_invalid", "percent_double", "empty", "dir", "foreign_scheme",
                           "missing_file", "query_fragment", "backslash"])
-    neutral = False
+    neutral = ambiguous = False
     if how == "dotdot":
         new = "../" + old
     elif how == "dotdot_inside":  # still inside the table after normalization
@@ -716,7 +722,9 @@ def add_path(ctx: FuzzContext) -> dict[str, Any]:
         new = "/" + old
     elif how == "abs_same_file":  # an absolute URI naming the same file (allowed by the protocol)
         new = _data_file_path(ctx, old).resolve().as_uri()
-        neutral = True
+        # Readers disagree on whether a later remove spelled the old way removes it (deltalake and Delta on Spark
+        # compare the strings and read the file twice; we refuse a file live twice): open.
+        ambiguous = True
     elif how == "abs_outside":  # the same bytes copied outside the table, named by absolute URI (allowed)
         target = ctx.outside / f"copy-{ctx.rng.randrange(10**6)}-{Path(urllib.parse.unquote(old)).name}"
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -727,7 +735,7 @@ def add_path(ctx: FuzzContext) -> dict[str, Any]:
         positions = [i for i, c in enumerate(old) if c.isalnum() or c in "-._~"]
         i = ctx.rng.choice(positions)
         new = old[:i] + f"%{ord(old[i]):02X}" + old[i + 1:]
-        neutral = True
+        ambiguous = True  # as abs_same_file: the same file under two spellings
     elif how == "percent_invalid":
         new = old + ctx.rng.choice(["%", "%zz", "%2", "%00", "%C3%28"])
     elif how == "percent_double":
@@ -747,7 +755,7 @@ def add_path(ctx: FuzzContext) -> dict[str, Any]:
     ref.body["path"] = new
     ref.save()
     result = {"file": ctx.rel(ref.path), "line": ref.index + 1, "how": how, "old": old, "new": describe(new),
-              "neutral": neutral}
+              "neutral": neutral, "ambiguous": ambiguous}
     if how in ("dotdot", "empty") and _effective(ctx, ref.path):
         result["must_refuse"] = ("a relative data file path that leaves the table" if how == "dotdot"
                                  else "an empty data file path")

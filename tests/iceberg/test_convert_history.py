@@ -271,3 +271,18 @@ def test_a_file_added_again_with_another_deletion_vector_is_refused(copy_fixture
     assert "version 2" in str(info.value) and "live twice" in str(info.value)
     assert sorted(p.name for p in (path / "_iceberg" / "metadata").iterdir()) == before
     assert convert(str(path), version=1).metadata_location == first.metadata_location
+
+
+def test_a_deletion_vector_added_without_removing_the_live_file_is_refused(copy_fixture: Any) -> None:
+    """table-with-dv-small's version 1 gives its file a deletion vector (remove + add); without the remove the file
+    would be live twice, with and without the deleted rows (deltalake reads both): the incremental run refuses."""
+    path = copy_fixture("table-with-dv-small")
+    first = convert(str(path), version=0)
+    before = sorted(p.name for p in (path / "_iceberg" / "metadata").iterdir())
+    lines = commit_file(path, 1).read_text().splitlines()
+    commit_file(path, 1).write_text("".join(line + "\n" for line in lines if not line.startswith('{"remove"')))
+    with pytest.raises(CorruptLogError) as info:
+        convert(str(path))
+    assert "version 1" in str(info.value) and "live twice" in str(info.value)
+    assert sorted(p.name for p in (path / "_iceberg" / "metadata").iterdir()) == before
+    assert convert(str(path), version=0).metadata_location == first.metadata_location

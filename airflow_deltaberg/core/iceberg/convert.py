@@ -433,12 +433,14 @@ def _live_files_added_again(storage: Storage, manifests: Sequence[ManifestRecord
 
     Reconciliation lets a commit add a live file again without removing it: the newest add of a (path, deletion
     vector) replaces the older one. Delta writes such adds with dataChange=false (statistics recomputed, row ids
-    backfilled when row tracking is enabled on an existing table); only those are looked up, in the manifests
-    whose path range holds them (appends of new files, dataChange=true, cost no read). The deletion vector must
-    be the live one: another one without a remove of the live file would leave the file live twice, which Iceberg
-    cannot express (CorruptLogError)."""
-    candidates = pc.and_(pc.invert(pc.fill_null(adds.column("dataChange").combine_chunks(), False)),
-                         pc.invert(pc.is_in(add_locations, removed_locations)))
+    backfilled when row tracking is enabled on an existing table). Those, and adds with a deletion vector (Delta
+    gives a live file a deletion vector with a remove of its add in the same commit: one without it may name a live
+    file), are looked up in the manifests whose path range holds them; appends of new files cost no read. The
+    deletion vector must be the live one: another one without a remove of the live file would leave the file live
+    twice, which Iceberg cannot express (CorruptLogError)."""
+    may_be_live = pc.or_(pc.invert(pc.fill_null(adds.column("dataChange").combine_chunks(), False)),
+                         adds.column("deletionVector").combine_chunks().is_valid())
+    candidates = pc.and_(may_be_live, pc.invert(pc.is_in(add_locations, removed_locations)))
     if not pc.any(candidates).as_py():
         return None
     wanted = add_locations.filter(candidates)
