@@ -216,15 +216,19 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def at_least_one(text: str) -> int:
-    """An integer >= 1."""
+def _whole_number(text: str, minimum: int, rule: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (the current snapshot is always kept), got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{rule}, got {value}")
     return value
+
+
+def at_least_one(text: str) -> int:
+    """An integer >= 1."""
+    return _whole_number(text, 1, "must be at least 1 (the current snapshot is always kept)")
 
 
 def hours(text: str) -> float:
@@ -242,13 +246,7 @@ def _sample_files(text: str) -> int | None:
     """--sample-files: a number of files (0 or more), or ``all`` (None: every live file)."""
     if text.strip().lower() == "all":
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of files or 'all', got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more files, got {value}")
-    return value
+    return _whole_number(text, 0, "expects 0 or more files, or 'all'")
 
 
 def build_parser() -> argparse.ArgumentParser:

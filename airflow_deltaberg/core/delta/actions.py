@@ -92,33 +92,30 @@ def _line_schema(partition_columns: Sequence[str] | None,
     free-key objects of ``maps`` ((kind, field) -> keys) typed as string values."""
     if partition_columns is None and not maps:
         return _JSON_LINE_SCHEMA
-    out = []
-    for kind in _FILE_KINDS:
-        fields = list(_JSON_FILE_ACTION)
-        for name in _MAP_FIELDS:
-            keys = (maps or {}).get((kind, name))
-            if keys is None and name == "partitionValues" and partition_columns is not None:
-                keys = list(partition_columns)
-            if keys is not None:
-                fields.append(pa.field(name, pa.struct([(k, pa.string()) for k in keys])))
-        out.append((kind, pa.struct(fields)))
-    return pa.schema(out)
+    return _typed_schema(_FILE_KINDS, list(_JSON_FILE_ACTION), partition_columns, maps or {})
 
 
 def _fast_schema(
     kinds: Sequence[str], partition_columns: Sequence[str] | None, maps: dict[tuple[str, str], list[str]]
 ) -> pa.Schema:
     """The common fields typed, free-key objects typed as string values where their keys are known."""
+    return _typed_schema(kinds, [_JSON_FILE_ACTION.field(name) for name in _COMMON_FIELDS], partition_columns, maps)
+
+
+def _typed_schema(kinds: Sequence[str], fields: list[pa.Field], partition_columns: Sequence[str] | None,
+                  maps: dict[tuple[str, str], list[str]]) -> pa.Schema:
+    """``fields`` for each action kind, plus its free-key objects whose keys are known (from ``maps``, or the
+    partition columns for partitionValues) as structs of strings."""
     out = []
     for kind in kinds:
-        fields = [_JSON_FILE_ACTION.field(name) for name in _COMMON_FIELDS]
+        typed = list(fields)
         for name in _MAP_FIELDS:
             keys = maps.get((kind, name))
             if keys is None and name == "partitionValues" and partition_columns is not None:
                 keys = list(partition_columns)
             if keys is not None:
-                fields.append(pa.field(name, pa.struct([(k, pa.string()) for k in keys])))
-        out.append((kind, pa.struct(fields)))
+                typed.append(pa.field(name, pa.struct([(k, pa.string()) for k in keys])))
+        out.append((kind, pa.struct(typed)))
     return pa.schema(out)
 
 
