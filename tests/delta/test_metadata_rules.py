@@ -263,3 +263,17 @@ def test_an_unknown_reader_feature_is_named_on_one_line(tmp_path: Path, capsys: 
     assert main(["inspect", str(root)]) == 2
     err = capsys.readouterr().err
     assert "UnsupportedFeatureError: " in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_column_mapping_id_written_as_a_string_of_digits_is_read() -> None:
+    """deltalake has been seen writing `"delta.columnMapping.id": "1"`: the same id (other strings are refused)."""
+    from airflow_deltaberg.core.delta.schema import SchemaError, parse_schema
+
+    def schema(cid: object) -> str:
+        return json.dumps({"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": True, "metadata": {
+            "delta.columnMapping.id": cid, "delta.columnMapping.physicalName": "col-a"}}]})
+
+    assert parse_schema(schema("7")).field("a").column_mapping_id == 7
+    for bad in ("x", "-1", "1.5", True):
+        with pytest.raises(SchemaError):
+            parse_schema(schema(bad))

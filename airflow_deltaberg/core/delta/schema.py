@@ -265,7 +265,9 @@ def _check_field_metadata(f: dict[str, Any]) -> None:
     if not isinstance(metadata, dict):
         raise SchemaError(f"the metadata of field {f.get('name')!r} is not an object")
     cid = metadata.get(COLUMN_MAPPING_ID)
-    if cid is not None and (isinstance(cid, bool) or not isinstance(cid, int)):
+    # deltalake has been seen writing the id as a JSON string of digits: the same id, read as such.
+    digits = isinstance(cid, str) and cid.isascii() and cid.isdigit()
+    if cid is not None and not digits and (isinstance(cid, bool) or not isinstance(cid, int)):
         raise SchemaError(f"field {f.get('name')!r} has a non-integer {COLUMN_MAPPING_ID}: {cid!r}")
     physical = metadata.get(COLUMN_MAPPING_PHYSICAL_NAME)
     if physical is not None and not isinstance(physical, str):
