@@ -368,6 +368,7 @@ def _unreachable(exc: BaseException) -> bool:
         or _is_a(exc, "aiohttp", "ClientConnectionError", "ServerTimeoutError")
         or _is_a(exc, "requests", "ConnectionError", "Timeout")
         or _is_a(exc, "fsspec", "FSTimeoutError")
+        or _is_a(exc, "azure.core", "ServiceRequestError", "ServiceResponseError")
         or isinstance(exc, (ConnectionError, TimeoutError))
     )
 
@@ -402,7 +403,8 @@ def storage_error(exc: BaseException, doing: str, *, location: str, endpoint: st
         return StorageError(f"permission denied to {doing} ({reason})")
     if _is_a(exc, "botocore", "ParamValidationError"):
         return StorageConfigError(f"cannot {doing}: {reason}")
-    if isinstance(exc, OSError) or _is_a(exc, "botocore", "BotoCoreError") or _is_a(exc, "gcsfs", "HttpError"):
+    if (isinstance(exc, OSError) or _is_a(exc, "botocore", "BotoCoreError") or _is_a(exc, "gcsfs", "HttpError")
+            or _is_a(exc, "azure.core", "AzureError")):
         return StorageError(f"cannot {doing}: {reason}")
     return None
 
@@ -538,6 +540,7 @@ S3_CONFIG_DEFAULTS: dict[str, Any] = {"connect_timeout": 5, "retries": {"mode": 
 ENDPOINT_CONNECT_TIMEOUT = 5.0
 _S3_SCHEMES = ("s3", "s3a", "s3n")
 _GCS_SCHEMES = ("gs", "gcs")
+_AZURE_BLOB_ENDPOINT = re.compile(r"(?:^|;)\s*BlobEndpoint=([^;]+)", re.IGNORECASE)
 # Values of gcsfs's token that name a way to find credentials, not a token.
 _GCS_TOKEN_METHODS = ("google_default", "cache", "cloud", "anon", "browser", "token")
 
@@ -559,9 +562,19 @@ def _client_options(scheme: str, options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _explicit_endpoint(scheme: str, options: Mapping[str, Any]) -> str | None:
+    """The endpoint the options point the client at, when they name one (else the store's public one)."""
+    endpoint = options.get("endpoint_url")
+    if scheme in ("abfs", "abfss", "az", "adl"):
+        host = options.get("account_host")
+        found = _AZURE_BLOB_ENDPOINT.search(str(options.get("connection_string") or ""))
+        endpoint = found.group(1) if found else (f"https://{host}" if isinstance(host, str) and host else None)
+    return endpoint if isinstance(endpoint, str) and endpoint else None
+
+
 def _check_reachable(endpoint: str, location: str) -> None:
-    """Raise StorageError when an explicit gcs endpoint refuses connections: gcsfs retries each request six
-    times with a fixed backoff (~30 s) and that count cannot be configured."""
+    """Raise StorageError when an explicit gcs or Azure endpoint refuses connections: their clients retry each
+    request with a backoff that storage options cannot shorten (gcsfs ~30 s, azure-core's 10 retries ~80 s)."""
     parts = urlsplit(endpoint)
     if not parts.hostname:
         return
@@ -590,7 +603,7 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
         raise StorageConfigError(f"{location_text(location)}: credentials in the location URL are not supported; "
                                  "give them as storage options")
     redactor = redactor_for(location, options)
-    endpoint = options.get("endpoint_url") if isinstance(options.get("endpoint_url"), str) else None
+    endpoint = _explicit_endpoint(scheme, options)
     try:
         import fsspec
     except ImportError as exc:  # pragma: no cover - fsspec is a dependency
@@ -601,7 +614,7 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
         known = fsspec.get_filesystem_class(scheme)
     except (ImportError, ValueError) as exc:
         raise StorageConfigError(redactor(f"{location}: no filesystem for {scheme}://{hint}: {exc}")) from None
-    if endpoint and scheme in _GCS_SCHEMES:
+    if endpoint and scheme not in _S3_SCHEMES:  # botocore's timeouts and retries are set (S3_CONFIG_DEFAULTS)
         _check_reachable(endpoint, location)
     try:
         fs, root_path = fsspec.core.url_to_fs(location, **_client_options(scheme, options))
