@@ -218,9 +218,9 @@ def test_a_history_written_out_of_order_is_put_in_order(tmp_path: Path) -> None:
     assert_every_snapshot_reads_delta(path, result.metadata_location)
 
 
-def readd_commit(path: Path, version: int, adds: list[dict[str, Any]]) -> None:
+def readd_commit(path: Path, version: int, adds: list[dict[str, Any]], data_change: bool = False) -> None:
     actions = [{"commitInfo": {"timestamp": 1_800_000_000_000, "operation": "COMPUTE STATS"}},
-               *({"add": {**add, "dataChange": False}} for add in adds)]
+               *({"add": {**add, "dataChange": data_change}} for add in adds)]
     commit_file(path, version).write_text("".join(json.dumps(a) + "\n" for a in actions))
 
 
@@ -259,13 +259,14 @@ def test_a_deletion_vector_kept_by_a_file_added_again(copy_fixture: Any) -> None
     assert_every_snapshot_reads_delta(path, result.metadata_location)
 
 
-def test_a_file_added_again_with_another_deletion_vector_is_refused(copy_fixture: Any) -> None:
+@pytest.mark.parametrize("data_change", [False, True])
+def test_a_file_added_again_with_another_deletion_vector_is_refused(copy_fixture: Any, data_change: bool) -> None:
     """The same file added again without its deletion vector and without a remove of the live one: it would be
     live twice (once with, once without the deleted rows), which Iceberg cannot express."""
     path = copy_fixture("table-with-dv-small")
     first = convert(str(path))
     before = sorted(p.name for p in (path / "_iceberg" / "metadata").iterdir())
-    readd_commit(path, 2, live_adds(path, range(0, 1)))  # version 0's add: no deletion vector
+    readd_commit(path, 2, live_adds(path, range(0, 1)), data_change)  # version 0's add: no deletion vector
     with pytest.raises(CorruptLogError) as info:
         convert(str(path))
     assert "version 2" in str(info.value) and "live twice" in str(info.value)

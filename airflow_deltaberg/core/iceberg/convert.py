@@ -435,19 +435,22 @@ def _live_files_added_again(storage: Storage, manifests: Sequence[ManifestRecord
     vector) replaces the older one. Delta writes such adds with dataChange=false (statistics recomputed, row ids
     backfilled when row tracking is enabled on an existing table). Those, and adds with a deletion vector (Delta
     gives a live file a deletion vector with a remove of its add in the same commit: one without it may name a live
-    file), are looked up in the manifests whose path range holds them; appends of new files cost no read. The
-    deletion vector must be the live one: another one without a remove of the live file would leave the file live
-    twice, which Iceberg cannot express (CorruptLogError)."""
+    file), are looked up in the data manifests whose path range holds them; every add is looked up in the delete
+    manifests (they list only files with a deletion vector: few). Appends of new files cost no data manifest read.
+    The deletion vector must be the live one: another one without a remove of the live file would leave the file
+    live twice, which Iceberg cannot express (CorruptLogError)."""
+    not_removed = pc.invert(pc.is_in(add_locations, removed_locations))
+    if not pc.any(not_removed).as_py():
+        return None
     may_be_live = pc.or_(pc.invert(pc.fill_null(adds.column("dataChange").combine_chunks(), False)),
                          adds.column("deletionVector").combine_chunks().is_valid())
-    candidates = pc.and_(may_be_live, pc.invert(pc.is_in(add_locations, removed_locations)))
-    if not pc.any(candidates).as_py():
-        return None
-    wanted = add_locations.filter(candidates)
+    looked_up = add_locations.filter(pc.and_(not_removed, may_be_live))
+    added = add_locations.filter(not_removed)
     live_data: list[pa.Array] = []
     live_deletes: list[pa.Table] = []
     for record in manifests:
-        if not record.may_contain(wanted):
+        wanted = added if record.info.content == 1 else looked_up
+        if not len(wanted) or not record.may_contain(wanted):
             continue
         entries = read_entries(storage, record)
         entries = entries.filter(pc.and_(pc.not_equal(entries.column("status"), 2),
@@ -456,20 +459,21 @@ def _live_files_added_again(storage: Storage, manifests: Sequence[ManifestRecord
             live_data.append(entries.column("file_path").combine_chunks())
         else:
             live_deletes.append(entries.select(["referenced_data_file", "file_path"]))
-    if not live_data:
-        return None
-    readded = pc.and_(candidates, pc.is_in(add_locations, pa.concat_arrays(live_data)))
+    deletes = pa.concat_tables(live_deletes) if live_deletes else None
+    live = pa.concat_arrays(live_data) if live_data else pa.array([], pa.string())
+    if deletes is not None:  # a live position delete names a live data file
+        live = pa.concat_arrays([live, deletes.column("referenced_data_file").combine_chunks()])
+    readded = pc.and_(not_removed, pc.is_in(add_locations, live))
     if not pc.any(readded).as_py():
         return None
-    deletes = pa.concat_tables(live_deletes) if live_deletes else None
     key_of = deletion_vector_key if plan.format_version >= 3 else delete_file_key
     rows = np.flatnonzero(np.asarray(readded))
     for row, location, dv in zip(rows.tolist(), add_locations.take(pa.array(rows)).to_pylist(),
                                  adds.column("deletionVector").take(pa.array(rows)).to_pylist(), strict=True):
-        live = [] if deletes is None else \
+        current = [] if deletes is None else \
             deletes.filter(pc.equal(deletes.column("referenced_data_file"), location)).column("file_path").to_pylist()
         expected = [] if not dv or not dv.get("cardinality") else [storage.uri(key_of(location, dv))]
-        if sorted(live) != expected:
+        if sorted(current) != expected:
             raise CorruptLogError(
                 f"the data file {adds.column('path')[row].as_py()} is added again with another deletion vector than "
                 "its live one, which no remove takes away: it would be live twice", table=plan.table,
