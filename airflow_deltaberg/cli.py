@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_deltaberg.core.compat import Level, validate
-from airflow_deltaberg.core.compat.enable import MODES, EnableBlockedError, EnablePlan, EnableResult, enable
+from airflow_deltaberg.core.compat.enable import MODES, EnablePlan, EnableResult, enable
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import DeltabergError, EnableBlockedError
 from airflow_deltaberg.core.redact import Redactor, location_text, redacting_logs, redactor_for, url_secrets
 
 EXIT_OK = 0

@@ -99,6 +99,82 @@ class TableDefinitionError(DeltaError):
     """A table cannot be created as asked (location taken, schema, partitioning or properties not allowed)."""
 
 
+class PartitionValueError(DeltabergError):
+    """A partition value that does not parse as its column's type."""
+
+
+class ConcurrentConversionError(DeltabergError):
+    """Another conversion published the same Iceberg metadata version first."""
+
+    # Running again starts from the state the other converter published.
+    retryable = True
+
+
+class DeleteFileMismatchError(DeltabergError):
+    """A delete file already at its deterministic name does not hold the rows this conversion derives."""
+
+
+class UnsupportedTypeError(DeltabergError):
+    """A Delta type that has no exact Iceberg counterpart: converting would change what readers see."""
+
+
+class CatalogError(DeltabergError):
+    """The catalog cannot be opened or updated (configuration, connectivity, missing namespace...)."""
+
+
+class EnableBlockedError(DeltaError):
+    """Enabling is refused: the table uses features that cannot be made compliant, or the chosen mode
+    cannot do what the plan needs. Nothing was written."""
+
+    def __init__(self, message: str, plan: Any):
+        super().__init__(message, table=plan.table, version=plan.read_version)
+        self.plan = plan
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_blocked, (str(self), self.plan))
+
+
+class RoaringFormatError(ValueError):
+    """Bytes that are not a valid serialized roaring bitmap (truncated, unsorted, unknown cookie)."""
+
+
+class StatsParseError(ValueError):
+    """A stats string that is not JSON; ``row`` is its index in the array given to ``parse_stats``, ``path`` the
+    data file of its add once a caller knows it. Callers that know where the row comes from turn it into a
+    CorruptLogError naming the table, version and file."""
+
+    def __init__(self, message: str, row: int, path: str | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+        self.path = path
+
+    def moved(self, offset: int) -> StatsParseError:
+        """The same error for a row ``offset`` further on (the array was a slice starting there)."""
+        return StatsParseError(str(self), self.row + offset, self.path)
+
+    def of(self, path: str | None) -> StatsParseError:
+        """The same error, naming the data file whose add holds the stats."""
+        return StatsParseError(str(self), self.row, path)
+
+    def describe(self) -> str:
+        return f"the add of {self.path} has {self}"
+
+
+class IcebergStartError(DeltaError):
+    """The table's Iceberg metadata cannot give a start version (unreadable, or no ``delta-version``)."""
+
+
+class SchemaError(ValueError):
+    """A schema string that does not follow the Delta schema serialization format."""
+
+
+def _rebuild_blocked(message: str, plan: Any) -> EnableBlockedError:
+    err = EnableBlockedError.__new__(EnableBlockedError)
+    Exception.__init__(err, message)
+    err.table, err.version, err.file, err.plan = plan.table, plan.read_version, None, plan
+    return err
+
+
 def error_document(error: BaseException, *, retryable: bool) -> dict[str, Any]:
     """How a Spark application reports a failure in its ``--result-file``: ``{"error": {type, message, table,
     version, file, retryable}}`` (table, version and file from a DeltaError, else null)."""

@@ -16,8 +16,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_deltaberg.core.compat.enable import MODES, EnableBlockedError, EnablePlan, enable, find_enable_commit
-from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError
+from airflow_deltaberg.core.compat.enable import MODES, EnablePlan, enable, find_enable_commit
+from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, EnableBlockedError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.operators.submit_arguments import settings_argument
 

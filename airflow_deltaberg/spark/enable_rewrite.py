@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_deltaberg.core.compat.enable import EnableBlockedError, plan_enable
+from airflow_deltaberg.core.compat.enable import plan_enable
 from airflow_deltaberg.core.compat.rewrite_files import (
     OPERATION,
     WRITTEN_FILES_DDL,
@@ -47,7 +47,7 @@ from airflow_deltaberg.core.compat.rewrite_files import (
 from airflow_deltaberg.core.compat.rewrite_stats import DEFAULT_STRING_PREFIX
 from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
 from airflow_deltaberg.core.delta.table import DeltaTable
-from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, DeltaError
+from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, DeltaError, EnableBlockedError
 from airflow_deltaberg.spark.arguments import json_object_argument
 
 log = logging.getLogger(__name__)

@@ -267,7 +267,8 @@ def test_an_unknown_reader_feature_is_named_on_one_line(tmp_path: Path, capsys: 
 
 def test_a_column_mapping_id_written_as_a_string_of_digits_is_read() -> None:
     """deltalake has been seen writing `"delta.columnMapping.id": "1"`: the same id (other strings are refused)."""
-    from airflow_deltaberg.core.delta.schema import SchemaError, parse_schema
+    from airflow_deltaberg.core.delta.schema import parse_schema
+    from airflow_deltaberg.core.errors import SchemaError
 
     def schema(cid: object) -> str:
         return json.dumps({"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": True, "metadata": {

@@ -11,7 +11,8 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_deltaberg.core.delta.schema import parse_schema
-from airflow_deltaberg.core.delta.stats import StatsParseError, parse_stats
+from airflow_deltaberg.core.delta.stats import parse_stats
+from airflow_deltaberg.core.errors import StatsParseError
 
 SCHEMA = parse_schema(json.dumps({"type": "struct", "fields": [
     {"name": name, "type": t, "nullable": True, "metadata": {}}

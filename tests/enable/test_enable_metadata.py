@@ -14,7 +14,6 @@ from deltalake import write_deltalake
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.compat.enable import (
     OPERATION,
-    EnableBlockedError,
     commit_metadata_only,
     enable,
     find_enable_commit,
@@ -22,7 +21,7 @@ from airflow_deltaberg.core.compat.enable import (
 )
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
-from airflow_deltaberg.core.errors import CommitConflictError
+from airflow_deltaberg.core.errors import CommitConflictError, EnableBlockedError
 from enable.tables import COLUMNS, commit_lines, id_mode_table, log_bytes, rows_of
 
 

@@ -25,16 +25,10 @@ from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable, Table
 
+from airflow_deltaberg.core.errors import CatalogError, ConcurrentConversionError
 from airflow_deltaberg.core.iceberg import convert as convert_module
-from airflow_deltaberg.core.iceberg.catalog import (
-    COMMIT_MODE_PROPERTY,
-    CatalogError,
-    commit_mode,
-    open_catalog,
-    point_catalog,
-)
+from airflow_deltaberg.core.iceberg.catalog import COMMIT_MODE_PROPERTY, commit_mode, open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.core.iceberg.publish import ConcurrentConversionError
 
 CATALOG_NAME = "deltaberg"
 Rows = list[tuple[Any, ...]]

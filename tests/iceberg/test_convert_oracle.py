@@ -39,9 +39,8 @@ from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
-from airflow_deltaberg.core.errors import NotADeltaTableError
+from airflow_deltaberg.core.errors import NotADeltaTableError, UnsupportedTypeError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.core.iceberg.schema import UnsupportedTypeError
 
 CATALOG_NAME = "deltaberg"
 IDENTIFIER = "oracle.converted"

@@ -24,11 +24,15 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
-from airflow_deltaberg.core.errors import CorruptLogError, UnsupportedFeatureError
+from airflow_deltaberg.core.errors import (
+    ConcurrentConversionError,
+    CorruptLogError,
+    UnsupportedFeatureError,
+    UnsupportedTypeError,
+)
 from airflow_deltaberg.core.iceberg.conversion_state import read_state
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.core.iceberg.publish import VERSION_HINT, ConcurrentConversionError
-from airflow_deltaberg.core.iceberg.schema import UnsupportedTypeError
+from airflow_deltaberg.core.iceberg.publish import VERSION_HINT
 from airflow_deltaberg.core.storage import LocalStorage, open_storage
 
 CATALOG_NAME = "deltaberg"

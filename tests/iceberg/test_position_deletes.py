@@ -39,14 +39,13 @@ from airflow_deltaberg.core.delta.deletion_vectors import (
 )
 from airflow_deltaberg.core.delta.roaring import NATIVE_MAGIC, PORTABLE_MAGIC, decode_roaring_bitmap_array
 from airflow_deltaberg.core.delta.z85 import z85_decode, z85_encode, z85_uuid
-from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
 from airflow_deltaberg.core.iceberg.data_files import data_file_entries
 from airflow_deltaberg.core.iceberg.manifest import write_manifest, write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.position_deletes import (
     FILE_PATH_ID,
     POS_ID,
-    DeleteFileMismatchError,
     delete_file_key,
     write_position_deletes,
 )

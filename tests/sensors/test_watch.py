@@ -17,13 +17,8 @@ from deltalake import DeltaTable as DeltalakeTable
 from deltalake import write_deltalake
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.watch import (
-    IcebergStartError,
-    iceberg_delta_version,
-    latest_version_after,
-    poll_new_commits,
-)
-from airflow_deltaberg.core.errors import NotADeltaTableError, StorageError, VersionNotFoundError
+from airflow_deltaberg.core.delta.watch import iceberg_delta_version, latest_version_after, poll_new_commits
+from airflow_deltaberg.core.errors import IcebergStartError, NotADeltaTableError, StorageError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg import publish
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.storage import FileEntry, LocalStorage, Storage, open_storage

@@ -46,8 +46,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from airflow_deltaberg.core.errors import UnsupportedTypeError
 from airflow_deltaberg.core.iceberg.convert import convert
-from airflow_deltaberg.core.iceberg.schema import UnsupportedTypeError
 
 pytestmark = pytest.mark.spark
 

@@ -28,7 +28,7 @@ from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
 from airflow_deltaberg.core.delta.schema import PrimitiveType, nested_slots
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.table import DeltaTable
-from airflow_deltaberg.core.errors import DeltaError
+from airflow_deltaberg.core.errors import EnableBlockedError
 from airflow_deltaberg.core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -322,24 +322,6 @@ def _compliant(snapshot: Snapshot, storage: Storage | None) -> bool:
 
 # -- enable ---------------------------------------------------------------------------------------------------
 
-
-class EnableBlockedError(DeltaError):
-    """Enabling is refused: the table uses features that cannot be made compliant, or the chosen mode
-    cannot do what the plan needs. Nothing was written."""
-
-    def __init__(self, message: str, plan: EnablePlan):
-        super().__init__(message, table=plan.table, version=plan.read_version)
-        self.plan = plan
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_blocked, (str(self), self.plan))
-
-
-def _rebuild_blocked(message: str, plan: EnablePlan) -> EnableBlockedError:
-    err = EnableBlockedError.__new__(EnableBlockedError)
-    Exception.__init__(err, message)
-    err.table, err.version, err.file, err.plan = plan.table, plan.read_version, None, plan
-    return err
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
 from airflow_deltaberg.core.delta.checkpoint_schema import checkpoint_type_problem
-from airflow_deltaberg.core.delta.stats import StatsParseError, conform
+from airflow_deltaberg.core.delta.stats import conform
 from airflow_deltaberg.core.delta.utf8 import arrow_utf8_problem, ndjson_utf8_problem
-from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError
+from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError, StatsParseError
 from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage
 

@@ -25,14 +25,13 @@ from airflow_deltaberg.core.delta.schema import (
     DataType,
     MapType,
     PrimitiveType,
-    SchemaError,
     StructField,
     StructType,
     parse_schema,
     parse_type,
 )
 from airflow_deltaberg.core.delta.table import DeltaTable
-from airflow_deltaberg.core.errors import TableDefinitionError
+from airflow_deltaberg.core.errors import SchemaError, TableDefinitionError
 
 OPERATION = "CREATE TABLE"
 FEATURE_PREFIX = "delta.feature."

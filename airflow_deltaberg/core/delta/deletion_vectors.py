@@ -23,9 +23,9 @@ from airflow_deltaberg.core.delta.paths import (
     relative_dv_prefix,
     resolve_relative,
 )
-from airflow_deltaberg.core.delta.roaring import RoaringFormatError, decode_roaring_bitmap_array
+from airflow_deltaberg.core.delta.roaring import decode_roaring_bitmap_array
 from airflow_deltaberg.core.delta.z85 import z85_decode, z85_uuid
-from airflow_deltaberg.core.errors import CorruptLogError, PathOutsideTableError, StorageError
+from airflow_deltaberg.core.errors import CorruptLogError, PathOutsideTableError, RoaringFormatError, StorageError
 from airflow_deltaberg.core.storage import Storage, open_storage
 
 FILE_FORMAT_VERSION = 1

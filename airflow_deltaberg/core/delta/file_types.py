@@ -36,15 +36,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_deltaberg.core.delta.schema import (
-    ArrayType,
-    DataType,
-    MapType,
-    PrimitiveType,
-    SchemaError,
-    StructField,
-    StructType,
-)
+from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
+from airflow_deltaberg.core.errors import SchemaError
 
 FIELD_ID = b"PARQUET:field_id"
 TYPE_CHANGES = "delta.typeChanges"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from airflow_deltaberg.core.errors import RoaringFormatError
+
 SERIAL_COOKIE_NO_RUNCONTAINER = 12346
 SERIAL_COOKIE = 12347
 NO_OFFSET_THRESHOLD = 4
@@ -18,10 +20,6 @@ BITMAP_BYTES = 8192
 #: (a 32-bit count, then per 32-bit key 0, 1, ...: a 32-bit size and the bitmap), which delta-spark also reads.
 PORTABLE_MAGIC = 1681511377
 NATIVE_MAGIC = 1681511376
-
-
-class RoaringFormatError(ValueError):
-    """Bytes that are not a valid serialized roaring bitmap (truncated, unsorted, unknown cookie)."""
 
 
 def _uint(buf: memoryview, pos: int, size: int) -> int:

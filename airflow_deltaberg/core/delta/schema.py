@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_deltaberg.core.errors import SchemaError
+
 COLUMN_MAPPING_ID = "delta.columnMapping.id"
 COLUMN_MAPPING_PHYSICAL_NAME = "delta.columnMapping.physicalName"
 # Delta on Spark writes nested ids under the first key; the protocol text names the second. Read both.
@@ -34,10 +36,6 @@ PRIMITIVE_TYPES = frozenset(
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)$")
 # Geospatial types carry their CRS (and edge algorithm) in the type name.
 _GEO = re.compile(r"^(geometry|geography)(\(.*\))?$")
-
-
-class SchemaError(ValueError):
-    """A schema string that does not follow the Delta schema serialization format."""
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from airflow_deltaberg.core.delta.log_segment import LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
 from airflow_deltaberg.core.delta.replay import TableState
 from airflow_deltaberg.core.delta.schema import StructType
-from airflow_deltaberg.core.delta.stats import StatsParseError, parse_stats, stats_type
-from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.delta.stats import parse_stats, stats_type
+from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError
 
 # Reader features whose log layout this engine reads. Others (e.g. catalogManaged, whose newest commits
 # may live only in a catalog) are refused rather than read wrongly.

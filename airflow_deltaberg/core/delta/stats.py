@@ -29,33 +29,12 @@ import pyarrow.json as pj
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructField, StructType
+from airflow_deltaberg.core.errors import StatsParseError
 
 _INTS = {"byte", "short", "integer", "long"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: The fields of a stats object that are counts: below 0 or beyond int64 they are corrupt, not droppable.
 _COUNT_FIELDS = ("numRecords", "nullCount")
-
-
-class StatsParseError(ValueError):
-    """A stats string that is not JSON; ``row`` is its index in the array given to ``parse_stats``, ``path`` the
-    data file of its add once a caller knows it. Callers that know where the row comes from turn it into a
-    CorruptLogError naming the table, version and file."""
-
-    def __init__(self, message: str, row: int, path: str | None = None) -> None:
-        super().__init__(message)
-        self.row = row
-        self.path = path
-
-    def moved(self, offset: int) -> StatsParseError:
-        """The same error for a row ``offset`` further on (the array was a slice starting there)."""
-        return StatsParseError(str(self), self.row + offset, self.path)
-
-    def of(self, path: str | None) -> StatsParseError:
-        """The same error, naming the data file whose add holds the stats."""
-        return StatsParseError(str(self), self.row, path)
-
-    def describe(self) -> str:
-        return f"the add of {self.path} has {self}"
 
 
 def _value_type(t: PrimitiveType) -> pa.DataType | None:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from airflow_deltaberg.core.delta.log_segment import LAST_CHECKPOINT, LOG_DIR, LogListing, read_last_checkpoint
 from airflow_deltaberg.core.errors import (
     DeltabergError,
-    DeltaError,
+    IcebergStartError,
     NotADeltaTableError,
     StorageError,
     VersionNotFoundError,
@@ -40,10 +40,6 @@ from airflow_deltaberg.core.storage import Storage
 START_GIVEN = "version"
 START_ICEBERG = "iceberg"
 START_PREVIOUS_RUN = "previous_run"
-
-
-class IcebergStartError(DeltaError):
-    """The table's Iceberg metadata cannot give a start version (unreadable, or no ``delta-version``)."""
 
 
 @dataclass(frozen=True)

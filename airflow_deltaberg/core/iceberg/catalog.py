@@ -67,8 +67,8 @@ from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.core.iceberg.publish import ConcurrentConversionError, metadata_file_version
+from airflow_deltaberg.core.errors import CatalogError, ConcurrentConversionError, DeltabergError
+from airflow_deltaberg.core.iceberg.publish import metadata_file_version
 from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, DELTA_VERSION
 
 log = logging.getLogger(__name__)
@@ -81,10 +81,6 @@ _RESERVED_PROPERTIES = frozenset({
     "format-version", "uuid", "snapshot-count", "current-snapshot-id", "current-snapshot-summary",
     "current-snapshot-timestamp-ms", "current-schema", "default-partition-spec", "default-sort-order",
 })
-
-
-class CatalogError(DeltabergError):
-    """The catalog cannot be opened or updated (configuration, connectivity, missing namespace...)."""
 
 
 def open_catalog(name: str = "deltaberg", config: Mapping[str, Any] | None = None) -> Catalog:

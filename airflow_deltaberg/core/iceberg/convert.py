@@ -30,8 +30,7 @@ from pyiceberg.table.snapshots import Operation
 from airflow_deltaberg.core.delta import DeltaTable, Metadata, Snapshot
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.paths import files_outside_table
-from airflow_deltaberg.core.delta.stats import StatsParseError
-from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, VersionNotFoundError
+from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError, StatsParseError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ConversionState,

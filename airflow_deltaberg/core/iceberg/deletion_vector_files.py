@@ -27,11 +27,8 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from airflow_deltaberg.core.delta.deletion_vectors import unique_id
-from airflow_deltaberg.core.iceberg.position_deletes import (
-    DeleteFileMismatchError,
-    added_delete_entries,
-    write_per_deletion_vector,
-)
+from airflow_deltaberg.core.errors import DeleteFileMismatchError
+from airflow_deltaberg.core.iceberg.position_deletes import added_delete_entries, write_per_deletion_vector
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 

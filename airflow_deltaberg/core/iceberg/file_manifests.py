@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.delta.stats import StatsParseError, parse_stats
+from airflow_deltaberg.core.delta.stats import parse_stats
+from airflow_deltaberg.core.errors import StatsParseError
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, write_manifest_record
 from airflow_deltaberg.core.iceberg.data_files import entries_for_files
 from airflow_deltaberg.core.iceberg.deletion_vector_files import write_deletion_vectors

@@ -12,13 +12,9 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import PartitionValueError
 
 PARTITION_FIELD_ID_START = 1000
-
-
-class PartitionValueError(DeltabergError):
-    """A partition value that does not parse as its column's type."""
 
 
 def identity_spec(schema: Schema, partition_columns: Sequence[str],

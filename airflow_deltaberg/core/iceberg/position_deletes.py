@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vectors, unique_id
-from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError
+from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
@@ -39,10 +39,6 @@ POSITION_DELETE_SCHEMA = pa.schema(
 NAME_VERSION = "deltaberg-position-deletes-v1"
 BATCH_FILES = 1024
 W = TypeVar("W")
-
-
-class DeleteFileMismatchError(DeltabergError):
-    """A delete file already at its deterministic name does not hold the rows this conversion derives."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2, TableMetadataV3
 from pyiceberg.utils.properties import property_as_bool
 
-from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError
+from airflow_deltaberg.core.errors import ConcurrentConversionError, DeltabergError, FileAlreadyExistsError
 from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, TableMetadata
 from airflow_deltaberg.core.storage import Storage
 
@@ -27,13 +27,6 @@ ICEBERG_DIR = "_iceberg"
 METADATA_DIR = f"{ICEBERG_DIR}/metadata"
 VERSION_HINT = f"{METADATA_DIR}/version-hint.text"
 _METADATA_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
-
-
-class ConcurrentConversionError(DeltabergError):
-    """Another conversion published the same Iceberg metadata version first."""
-
-    # Running again starts from the state the other converter published.
-    retryable = True
 
 
 @dataclass(frozen=True)

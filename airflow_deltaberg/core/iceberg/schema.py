@@ -17,7 +17,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import UnsupportedTypeError
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 TYPE_CHANGES = "delta.typeChanges"
@@ -43,10 +43,6 @@ _PRIMITIVES: dict[str, it.IcebergType] = {
     "timestamp": it.TimestamptzType(),
     "timestamp_ntz": it.TimestampType(),
 }
-
-
-class UnsupportedTypeError(DeltabergError):
-    """A Delta type that has no exact Iceberg counterpart: converting would change what readers see."""
 
 
 #: Iceberg's per-column metrics mode property (Iceberg "Write properties").

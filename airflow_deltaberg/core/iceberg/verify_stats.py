@@ -31,8 +31,7 @@ from airflow_deltaberg.core.delta.footer_stats import (
 )
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.delta.stats import StatsParseError
-from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError
+from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError, StatsParseError
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.file_manifests import with_parsed_stats
 from airflow_deltaberg.core.storage import Storage
