@@ -16,11 +16,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_deltaberg.core.compat import Level, validate
-from airflow_deltaberg.core.compat.enable import MODES, EnablePlan, EnableResult, enable
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
+from airflow_deltaberg.core.enable.plan import EnablePlan
+from airflow_deltaberg.core.enable.run import MODES, EnableResult, enable
 from airflow_deltaberg.core.errors import DeltabergError, EnableBlockedError
 from airflow_deltaberg.core.redact import Redactor, location_text, redacting_logs, redactor_for, url_secrets
+from airflow_deltaberg.spark.local_rewrite import run_rewrite_locally
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -172,7 +174,8 @@ def render_enable(result: EnableResult) -> str:
 
 def _enable(args: argparse.Namespace) -> int:
     try:
-        result = enable(args.table, storage_options=_options(args), mode=args.mode, dry_run=args.dry_run)
+        result = enable(args.table, storage_options=_options(args), mode=args.mode, dry_run=args.dry_run,
+                        rewrite_runner=run_rewrite_locally)
     except EnableBlockedError as exc:
         if args.format == "json":
             _print(args, json.dumps({"action": "refused", "error": str(exc), "plan": exc.plan.to_dict()}, indent=2))

@@ -16,7 +16,9 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_deltaberg.core.compat.enable import MODES, EnablePlan, enable, find_enable_commit
+from airflow_deltaberg.core.enable.commit import find_enable_commit
+from airflow_deltaberg.core.enable.plan import EnablePlan
+from airflow_deltaberg.core.enable.run import MODES, enable
 from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, EnableBlockedError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.operators.submit_arguments import settings_argument
@@ -152,7 +154,7 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
 
     def _submit_rewrite(self, location: str, read_version: int, storage_options: Mapping[str, Any] | None
                         ) -> tuple[int, dict[str, Any]]:
-        from airflow_deltaberg.core.compat.rewrite_files import result_from_document
+        from airflow_deltaberg.core.enable.rewrite.result import result_from_document
 
         with tempfile.TemporaryDirectory(prefix="deltaberg-enable-") as tmp:
             result_file = os.path.join(tmp, "result.json")

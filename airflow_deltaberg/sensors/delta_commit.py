@@ -10,9 +10,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, TaskInstanceState, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
-from airflow_deltaberg.core.delta.watch import START_GIVEN, START_ICEBERG, START_PREVIOUS_RUN
 from airflow_deltaberg.core.errors import DeltabergError, StorageError
 from airflow_deltaberg.core.storage import open_storage
+from airflow_deltaberg.core.watch import START_GIVEN, START_ICEBERG, START_PREVIOUS_RUN
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.operators.validate import _parse_version
 from airflow_deltaberg.triggers.delta_commit import (

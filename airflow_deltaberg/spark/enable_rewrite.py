@@ -6,11 +6,11 @@ enabled, and commit the switch in one commit.
 
 Steps: plan the enable at ``read_version`` (refused when the plan has blockers); read the table at that version
 with Delta on Spark (deletion vectors applied, column mapping resolved); write every row again from the
-executors with pyarrow (``mapInArrow``; see core.compat.rewrite_files for the layout and the stats); then one
-commit through the conflict-checked commit writer: the plan's protocol and metaData, a ``remove`` for every old
-live file and an ``add`` for every new one, all with dataChange=false. If another writer committed meanwhile,
-the commit is refused (CommitConflictError) and the files written are deleted again; the old data files are
-never deleted (a later VACUUM may). A crash before the commit leaves the log as it was.
+executors with pyarrow (``mapInArrow``; see core.enable.rewrite for the layout and the stats); then one commit
+through the conflict-checked commit writer (core.enable.commit): the plan's protocol and metaData, a ``remove``
+for every old live file and an ``add`` for every new one, all with dataChange=false. If another writer committed
+meanwhile, the commit is refused (CommitConflictError) and the files written are deleted again; the old data
+files are never deleted (a later VACUUM may). A crash before the commit leaves the log as it was.
 
 Spark reads the table through its own Hadoop configuration (for object stores: credentials in the Spark conf);
 ``storage_options`` serve this project's log access and the executors' file writes. The executors import
@@ -29,25 +29,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_deltaberg.core.compat.enable import plan_enable
-from airflow_deltaberg.core.compat.rewrite_files import (
-    OPERATION,
+from airflow_deltaberg.core.delta.table import DeltaTable
+from airflow_deltaberg.core.enable.commit import commit_rewrite
+from airflow_deltaberg.core.enable.plan import plan_enable
+from airflow_deltaberg.core.enable.rewrite.files import (
     WRITTEN_FILES_DDL,
-    RewriteResult,
     RewriteSpec,
     WrittenFile,
-    add_action,
-    delete_files,
-    remove_actions,
-    result_document,
-    write_files,
     written_file_from_row,
     written_files_batch,
 )
-from airflow_deltaberg.core.compat.rewrite_stats import DEFAULT_STRING_PREFIX
-from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
-from airflow_deltaberg.core.delta.table import DeltaTable
-from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, DeltaError, EnableBlockedError
+from airflow_deltaberg.core.enable.rewrite.result import RewriteResult, result_document
+from airflow_deltaberg.core.enable.rewrite.stats import DEFAULT_STRING_PREFIX
+from airflow_deltaberg.core.enable.rewrite.writer import write_files
+from airflow_deltaberg.core.errors import DeltabergError, EnableBlockedError
 from airflow_deltaberg.spark.arguments import json_object_argument
 
 log = logging.getLogger(__name__)
@@ -124,28 +119,7 @@ def run_rewrite(
         string_prefix=_string_prefix(plan.metadata.get("configuration") or {}),
     )
     written = write_rewritten_files(spark, table, spec, read_version)
-    paths = [f.path for f in written]
-    try:
-        _check_row_count(snapshot, written)
-        actions = [
-            {"protocol": plan.protocol},
-            {"metaData": plan.metadata},
-            *remove_actions(snapshot.files, int(time.time() * 1000)),
-            *(add_action(f) for f in written),
-        ]
-        if before_commit is not None:
-            before_commit(actions)
-    except BaseException:
-        delete_files(table.location, paths, storage_options)
-        raise
-    parameters = {"mode": "rewrite", "filesRemoved": snapshot.num_files, "filesAdded": len(written)}
-    try:
-        version = commit_with_conflict_check(table, actions, read_version=read_version, operation=OPERATION,
-                                             parameters=parameters)
-    except CommitConflictError:
-        # Certainly not committed (write-if-absent refused or a conflict was found): the files are garbage.
-        delete_files(table.location, paths, storage_options)
-        raise
+    version = commit_rewrite(table, snapshot, plan, written, storage_options, before_commit=before_commit)
     result = RewriteResult(
         table=table.location,
         read_version=read_version,
@@ -166,18 +140,6 @@ def _string_prefix(configuration: Mapping[str, str]) -> int:
         return max(int(configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX)), 1)
     except ValueError:
         return DEFAULT_STRING_PREFIX
-
-
-def _check_row_count(snapshot: Any, written: Sequence[WrittenFile]) -> None:
-    """Refuse to commit when the rows written differ from the live rows the log's stats promise."""
-    expected = snapshot.num_records  # numRecords minus deleted rows; None when a file lacks numRecords
-    got = sum(f.num_records for f in written)
-    if expected is not None and expected != got:
-        raise DeltaError(
-            f"the rewrite wrote {got} rows but the table's stats count {expected} live rows; nothing was "
-            "committed (check the table with `deltaberg validate --data-checks`)",
-            table=snapshot.table, version=snapshot.version,
-        )
 
 
 # -- the command line -----------------------------------------------------------------------------------------

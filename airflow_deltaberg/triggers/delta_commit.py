@@ -14,9 +14,9 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_deltaberg.core.delta.watch import START_ICEBERG, poll_new_commits
 from airflow_deltaberg.core.errors import DeltabergError, NotADeltaTableError
 from airflow_deltaberg.core.storage import Storage, open_storage
+from airflow_deltaberg.core.watch import START_ICEBERG, poll_new_commits
 
 SUCCESS = "success"
 WAITING = "waiting"

@@ -29,9 +29,9 @@ from airflow_deltaberg.core import storage as storage_module
 from airflow_deltaberg.core.delta.commit import encode_actions, write_commit
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR
 from airflow_deltaberg.core.delta.table import DeltaTable
-from airflow_deltaberg.core.delta.watch import latest_version_after, poll_new_commits
 from airflow_deltaberg.core.errors import CommitConflictError, NotADeltaTableError
 from airflow_deltaberg.core.storage import FileEntry, FsspecStorage, Storage, open_storage
+from airflow_deltaberg.core.watch import latest_version_after, poll_new_commits
 
 #: Commits 0..HISTORY-1 before the checkpoint; with it, `_last_checkpoint` and the tail, more than two pages
 #: of 1000 keys, so the generic listing needs three requests where the tail needs one. (Each page of 1000 keys

@@ -12,7 +12,7 @@ from deltalake import DeltaTable as PeerTable
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.create import create_table
+from airflow_deltaberg.core.enable.create import create_table
 from airflow_deltaberg.core.errors import TableDefinitionError
 from enable.tables import commit_lines, log_bytes, rows_of
 

@@ -6,22 +6,19 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
 from airflow_deltaberg.core.compat import validate
-from airflow_deltaberg.core.compat.enable import (
-    OPERATION,
-    commit_metadata_only,
-    enable,
-    find_enable_commit,
-    plan_enable,
-)
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
-from airflow_deltaberg.core.errors import CommitConflictError, EnableBlockedError
+from airflow_deltaberg.core.enable.commit import OPERATION, commit_metadata_only, find_enable_commit
+from airflow_deltaberg.core.enable.plan import plan_enable
+from airflow_deltaberg.core.enable.run import enable
+from airflow_deltaberg.core.errors import CommitConflictError, DeltaError, EnableBlockedError
 from enable.tables import COLUMNS, commit_lines, id_mode_table, log_bytes, rows_of
 
 
@@ -147,6 +144,31 @@ def test_blocked_table_is_refused(deltalake_table: Callable[..., Path], rows: pa
         enable(str(path))
     assert info.value.version == 0 and info.value.table == str(path)
     assert log_bytes(path) == before
+
+
+def test_a_needed_rewrite_without_an_injected_runner_is_refused_and_writes_nothing(
+        deltalake_table: Callable[..., Path]) -> None:
+    """Core runs no Spark itself: the caller injects the rewrite runner (the CLI a local Spark, the operator
+    spark-submit); without one, a rewrite the plan needs is a typed error naming the table and version."""
+    path = deltalake_table("t")
+    before = log_bytes(path)
+    with pytest.raises(DeltaError, match="no rewrite runner was given") as info:
+        enable(str(path))
+    assert info.value.table == str(path) and info.value.version == 0
+    assert log_bytes(path) == before
+
+
+def test_the_injected_runner_gets_the_table_and_the_planned_version(deltalake_table: Callable[..., Path]) -> None:
+    path = deltalake_table("t")
+    calls = []
+
+    def runner(location: str, read_version: int, storage_options: Any) -> tuple[int, dict[str, Any]]:
+        calls.append((location, read_version, storage_options))
+        return 7, {"files_added": 1}
+
+    result = enable(str(path), mode="rewrite", storage_options={"k": "v"}, rewrite_runner=runner)
+    assert calls == [(str(path), 0, {"k": "v"})]
+    assert (result.action, result.committed_version, result.details) == ("rewrite", 7, {"files_added": 1})
 
 
 def test_unknown_mode() -> None:

@@ -16,7 +16,11 @@ import pyarrow as pa
 import pytest
 
 from airflow_deltaberg.core.compat import validate
-from airflow_deltaberg.core.compat.enable import (
+from airflow_deltaberg.core.delta import DeltaTable
+from airflow_deltaberg.core.delta.commit import write_commit
+from airflow_deltaberg.core.delta.schema import parse_schema
+from airflow_deltaberg.core.enable.create import create_table
+from airflow_deltaberg.core.enable.plan import (
     DELETION_VECTORS,
     FIELD_IDS,
     INT96,
@@ -29,10 +33,6 @@ from airflow_deltaberg.core.compat.enable import (
     EnablePlan,
     plan_enable,
 )
-from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.commit import write_commit
-from airflow_deltaberg.core.delta.create import create_table
-from airflow_deltaberg.core.delta.schema import parse_schema
 from enable.tables import id_mode_table
 
 

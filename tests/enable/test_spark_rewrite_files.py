@@ -1,4 +1,4 @@
-"""The executor side of the enable rewrite without Spark (core.compat.rewrite_files / rewrite_stats): the files
+"""The executor side of the enable rewrite without Spark (core.enable.rewrite): the files
 written with pyarrow (field ids on every field, nested ones included, col-<id> names, widened types, one
 partition value per file), their stats and partition values, the log actions, and the result document."""
 
@@ -14,22 +14,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_deltaberg.core.compat.rewrite_files import (
-    RewriteResult,
+from airflow_deltaberg.core.delta import DeltaTable
+from airflow_deltaberg.core.delta.schema import PrimitiveType, parse_schema
+from airflow_deltaberg.core.enable.rewrite.actions import add_action, remove_actions
+from airflow_deltaberg.core.enable.rewrite.files import (
     RewriteSpec,
     WrittenFile,
-    add_action,
-    remove_actions,
-    result_document,
-    result_from_document,
-    serialize_partition_value,
-    write_files,
     written_file_from_row,
     written_files_batch,
 )
-from airflow_deltaberg.core.compat.rewrite_stats import FileStats
-from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.schema import PrimitiveType, parse_schema
+from airflow_deltaberg.core.enable.rewrite.partitions import serialize_partition_value
+from airflow_deltaberg.core.enable.rewrite.result import RewriteResult, result_document, result_from_document
+from airflow_deltaberg.core.enable.rewrite.stats import FileStats
+from airflow_deltaberg.core.enable.rewrite.writer import write_files
 from airflow_deltaberg.core.errors import CommitConflictError
 
 FIELD_ID = b"PARQUET:field_id"

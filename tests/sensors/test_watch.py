@@ -1,4 +1,4 @@
-"""core.delta.watch: the newest version after a known one, with a bounded number of storage calls and keys,
+"""core.watch: the newest version after a known one, with a bounded number of storage calls and keys,
 checked on a synthetic 100k-commit log and on tables written by deltalake."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from deltalake import DeltaTable as DeltalakeTable
 from deltalake import write_deltalake
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.watch import iceberg_delta_version, latest_version_after, poll_new_commits
 from airflow_deltaberg.core.errors import IcebergStartError, NotADeltaTableError, StorageError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg import publish
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.storage import FileEntry, LocalStorage, Storage, open_storage
+from airflow_deltaberg.core.watch import iceberg_delta_version, latest_version_after, poll_new_commits
 
 COMMITS = 100_000
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_deltaberg.core.compat.enable_schema import nested_slots, writer_compat_schema
 from airflow_deltaberg.core.compat.feature_rules import ALLOWED_FEATURES
 from airflow_deltaberg.core.compat.schema_rules import MAX_COLUMN_ID, V2_PRIMITIVES
 from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
@@ -27,10 +26,12 @@ from airflow_deltaberg.core.delta.schema import (
     PrimitiveType,
     StructField,
     StructType,
+    nested_slots,
     parse_schema,
     parse_type,
 )
 from airflow_deltaberg.core.delta.table import DeltaTable
+from airflow_deltaberg.core.enable.schema import writer_compat_schema
 from airflow_deltaberg.core.errors import SchemaError, TableDefinitionError
 
 OPERATION = "CREATE TABLE"

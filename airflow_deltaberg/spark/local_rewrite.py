@@ -1,5 +1,5 @@
-"""The enable rewrite in this process, with a local SparkSession: how `deltaberg enable` rewrites from a shell
-(Airflow submits the same application through SparkSubmit instead)."""
+"""The enable rewrite in this process, with a local SparkSession: the rewrite runner `deltaberg enable` gives
+core's ``enable`` (Airflow submits the same application through SparkSubmit instead)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from airflow_deltaberg.core.errors import DeltabergError
 
 def run_rewrite_locally(location: str, read_version: int, storage_options: Mapping[str, Any] | None
                         ) -> tuple[int, dict[str, Any]]:
-    """The rewrite in this process with a local SparkSession (for the shell; Airflow submits it instead)."""
+    """The rewrite in this process with a local SparkSession: a ``core.enable.run.RewriteRunner``."""
     try:
         # Lazy: pyspark and a JVM are only needed for the rewrite path.
         from airflow_deltaberg.spark.enable_rewrite import run_rewrite

@@ -1,16 +1,9 @@
-"""Enabling IcebergWriterCompatV1 on an existing table: the plan (what changes, whether the data must be
-rewritten and why, what blocks it), the metadata-only commit, and the entry point that picks the path.
-
-The data rewrite itself is a Spark application (airflow_deltaberg.spark.enable_rewrite); it commits the plan's
-protocol and metadata with the rewritten files through the same conflict-checked commit.
-"""
+"""The plan of enabling IcebergWriterCompatV1 on an existing table: the target protocol and metadata, what
+changes, whether the data must be rewritten and why (reason codes), and what blocks it."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_deltaberg.core.compat.data_rules import (
@@ -19,22 +12,15 @@ from airflow_deltaberg.core.compat.data_rules import (
     partition_values_materialized,
     timestamps_int64,
 )
-from airflow_deltaberg.core.compat.enable_schema import writer_compat_schema
 from airflow_deltaberg.core.compat.feature_rules import ALLOWED_FEATURES, ALLOWED_IF_INACTIVE, IDENTITY_KEYS
 from airflow_deltaberg.core.compat.model import CheckContext, Finding, Level
 from airflow_deltaberg.core.compat.schema_rules import COLLATIONS_KEY, MAX_COLUMN_ID, V2_PRIMITIVES
 from airflow_deltaberg.core.compat.validate import validate_snapshot
-from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
 from airflow_deltaberg.core.delta.schema import PrimitiveType, nested_slots
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.table import DeltaTable
-from airflow_deltaberg.core.errors import EnableBlockedError
+from airflow_deltaberg.core.enable.schema import writer_compat_schema
 from airflow_deltaberg.core.storage import Storage, open_storage
-
-log = logging.getLogger(__name__)
-
-OPERATION = "ENABLE ICEBERG WRITER COMPAT"
-MODES = ("auto", "metadata_only", "rewrite")
 
 # Reason codes: every reason string starts with one of them, then ": " and the details.
 NO_COLUMN_MAPPING = "no-column-mapping"
@@ -318,101 +304,3 @@ def _compliant(snapshot: Snapshot, storage: Storage | None) -> bool:
         return False
     table = DeltaTable(snapshot.table, storage=storage) if storage is not None else DeltaTable(snapshot.table)
     return validate_snapshot(snapshot, table, Level.WRITER_COMPAT_V1).compliant
-
-
-# -- enable ---------------------------------------------------------------------------------------------------
-
-
-
-@dataclass(frozen=True)
-class EnableResult:
-    """The outcome of ``enable``: ``action`` is dry-run, already-enabled, metadata-only or rewrite."""
-
-    plan: EnablePlan
-    action: str
-    committed_version: int | None = None
-    seconds: float = 0.0
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "committed_version": self.committed_version,
-                "seconds": round(self.seconds, 3), "details": self.details, "plan": self.plan.to_dict()}
-
-
-#: Runs the data rewrite: (location, read_version, storage_options) -> the committed version and details.
-RewriteRunner = Callable[[str, int, Mapping[str, Any] | None], tuple[int, dict[str, Any]]]
-
-
-def commit_metadata_only(table: DeltaTable, plan: EnablePlan, read_configuration: Mapping[str, str] | None = None
-                         ) -> int:
-    """One commit with the plan's protocol and metadata; no data file is touched. Returns the version."""
-    if plan.needs_rewrite:
-        raise EnableBlockedError("the data files must be rewritten, a metadata-only commit would leave them "
-                                 f"incompatible: {'; '.join(plan.reasons)}", plan)
-    return commit_with_conflict_check(
-        table, [{"protocol": plan.protocol}, {"metaData": plan.metadata}],
-        read_version=plan.read_version, operation=OPERATION,
-        parameters={"mode": "metadata_only", "changes": list(plan.changes)},
-        read_configuration=read_configuration,
-    )
-
-
-def enable(
-    location: str,
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    mode: str = "auto",
-    dry_run: bool = False,
-    rewrite_runner: RewriteRunner | None = None,
-    on_plan: Callable[[EnablePlan], None] | None = None,
-) -> EnableResult:
-    """Enable IcebergWriterCompatV1 on the table at ``location``.
-
-    ``mode``: ``auto`` (metadata-only when the plan allows it, else the data rewrite), ``metadata_only``
-    (refused when the data must be rewritten), ``rewrite`` (always rewrite every live file). ``dry_run``
-    plans and writes nothing. The rewrite runs ``rewrite_runner`` (default: the Spark application with a
-    local SparkSession). ``on_plan`` is called with the plan before anything is written. Raises
-    EnableBlockedError when refused, CommitConflictError when another writer changed the table in a
-    conflicting way meanwhile.
-    """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    started = time.monotonic()
-    table = DeltaTable(location, storage_options)
-    snapshot = table.snapshot()
-    plan = plan_enable(snapshot, storage=table.storage)
-    if on_plan is not None:
-        on_plan(plan)
-    if dry_run:
-        return EnableResult(plan, "dry-run", seconds=time.monotonic() - started)
-    if plan.blockers:
-        raise EnableBlockedError(f"IcebergWriterCompatV1 cannot be enabled: {'; '.join(plan.blockers)}", plan)
-    if plan.already_enabled and mode != "rewrite":
-        log.info("%s at version %s is already IcebergWriterCompatV1-compliant: nothing to do",
-                 plan.table, plan.read_version)
-        return EnableResult(plan, "already-enabled", seconds=time.monotonic() - started)
-    if mode == "metadata_only" or (mode == "auto" and not plan.needs_rewrite):
-        version = commit_metadata_only(table, plan, snapshot.metadata.configuration)
-        log.info("Enabled IcebergWriterCompatV1 on %s in version %s (metadata only)", plan.table, version)
-        return EnableResult(plan, "metadata-only", version, time.monotonic() - started)
-    if rewrite_runner is None:
-        from airflow_deltaberg.core.compat.enable_local import run_rewrite_locally
-
-        rewrite_runner = run_rewrite_locally
-    version, details = rewrite_runner(location, plan.read_version, storage_options)
-    log.info("Enabled IcebergWriterCompatV1 on %s in version %s (data rewritten)", plan.table, version)
-    return EnableResult(plan, "rewrite", version, time.monotonic() - started, details)
-
-
-def find_enable_commit(location: str, read_version: int, storage_options: Mapping[str, Any] | None = None
-                       ) -> int | None:
-    """The version of the enable commit made from ``read_version`` (its commitInfo names the operation and the
-    read version), or None: how a caller learns the outcome of a rewrite whose result it could not read."""
-    table = DeltaTable(location, storage_options)
-    latest = table.latest_version()
-    if latest <= read_version:
-        return None
-    for version, info in sorted(table.commits(read_version + 1, latest).commit_infos().items()):
-        if info.get("operation") == OPERATION and info.get("readVersion") == read_version:
-            return version
-    return None

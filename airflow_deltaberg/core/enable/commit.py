@@ -1,0 +1,102 @@
+"""The commits enabling IcebergWriterCompatV1 writes: the metadata-only one (the plan's protocol and metadata)
+and the rewrite's (the same with a ``remove`` for every old live file and an ``add`` for every new one), both
+through the conflict-checked commit writer; and finding the enable commit made from a read version."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
+from airflow_deltaberg.core.delta.snapshot import Snapshot
+from airflow_deltaberg.core.delta.table import DeltaTable
+from airflow_deltaberg.core.enable.plan import EnablePlan
+from airflow_deltaberg.core.enable.rewrite.actions import add_action, remove_actions
+from airflow_deltaberg.core.enable.rewrite.files import WrittenFile
+from airflow_deltaberg.core.enable.rewrite.writer import delete_files
+from airflow_deltaberg.core.errors import CommitConflictError, DeltaError, EnableBlockedError
+
+#: The operation in the commitInfo of every enable commit (how ``find_enable_commit`` recognizes one).
+OPERATION = "ENABLE ICEBERG WRITER COMPAT"
+
+
+def commit_metadata_only(table: DeltaTable, plan: EnablePlan, read_configuration: Mapping[str, str] | None = None
+                         ) -> int:
+    """One commit with the plan's protocol and metadata; no data file is touched. Returns the version."""
+    if plan.needs_rewrite:
+        raise EnableBlockedError("the data files must be rewritten, a metadata-only commit would leave them "
+                                 f"incompatible: {'; '.join(plan.reasons)}", plan)
+    return commit_with_conflict_check(
+        table, [{"protocol": plan.protocol}, {"metaData": plan.metadata}],
+        read_version=plan.read_version, operation=OPERATION,
+        parameters={"mode": "metadata_only", "changes": list(plan.changes)},
+        read_configuration=read_configuration,
+    )
+
+
+def commit_rewrite(
+    table: DeltaTable,
+    snapshot: Snapshot,
+    plan: EnablePlan,
+    written: Sequence[WrittenFile],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    before_commit: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+) -> int:
+    """Swap the rewritten files of ``snapshot`` in and commit the plan with them; returns the version.
+
+    Refused (DeltaError) when the rows written differ from the live rows the log's stats promise.
+    ``before_commit`` is called with the actions just before the commit. When anything fails before the
+    commit (the row count, ``before_commit``) or the commit is refused (CommitConflictError), the files written
+    are deleted again; the old data files are never deleted (a later VACUUM may).
+    """
+    paths = [f.path for f in written]
+    try:
+        _check_row_count(snapshot, written)
+        actions = [
+            {"protocol": plan.protocol},
+            {"metaData": plan.metadata},
+            *remove_actions(snapshot.files, int(time.time() * 1000)),
+            *(add_action(f) for f in written),
+        ]
+        if before_commit is not None:
+            before_commit(actions)
+    except BaseException:
+        delete_files(table.location, paths, storage_options)
+        raise
+    parameters = {"mode": "rewrite", "filesRemoved": snapshot.num_files, "filesAdded": len(written)}
+    try:
+        return commit_with_conflict_check(table, actions, read_version=snapshot.version, operation=OPERATION,
+                                          parameters=parameters)
+    except CommitConflictError:
+        # Certainly not committed (write-if-absent refused or a conflict was found): the files are garbage. Any
+        # other failure may have left the commit written, so its files stay.
+        delete_files(table.location, paths, storage_options)
+        raise
+
+
+def _check_row_count(snapshot: Snapshot, written: Sequence[WrittenFile]) -> None:
+    """Refuse to commit when the rows written differ from the live rows the log's stats promise."""
+    expected = snapshot.num_records  # numRecords minus deleted rows; None when a file lacks numRecords
+    got = sum(f.num_records for f in written)
+    if expected is not None and expected != got:
+        raise DeltaError(
+            f"the rewrite wrote {got} rows but the table's stats count {expected} live rows; nothing was "
+            "committed (check the table with `deltaberg validate --data-checks`)",
+            table=snapshot.table, version=snapshot.version,
+        )
+
+
+def find_enable_commit(location: str, read_version: int, storage_options: Mapping[str, Any] | None = None
+                       ) -> int | None:
+    """The version of the enable commit made from ``read_version`` (its commitInfo names the operation and the
+    read version), or None: how a caller learns the outcome of a rewrite whose result it could not read."""
+    table = DeltaTable(location, storage_options)
+    latest = table.latest_version()
+    if latest <= read_version:
+        return None
+    for version, info in sorted(table.commits(read_version + 1, latest).commit_infos().items()):
+        if info.get("operation") == OPERATION and info.get("readVersion") == read_version:
+            return version
+    return None
