@@ -65,14 +65,20 @@ def write_commit(
     info = commit_info(operation, parameters, read_version, now)
     if in_commit_timestamp_after is not None:
         info["inCommitTimestamp"] = max(now, in_commit_timestamp_after + 1)
+    return _write_if_absent(table, version, info, actions,
+                            "another writer committed this version first; re-read the table and try again")
+
+
+def _write_if_absent(table: DeltaTable, version: int, info: Mapping[str, Any],
+                     actions: Sequence[Mapping[str, Any]], taken: str) -> int:
+    """Write commitInfo and ``actions`` as ``version`` unless it exists: then CommitConflictError(``taken``)."""
+    # commitInfo first: in-commit timestamps require it, and readers look for it there.
     payload = encode_actions([{"commitInfo": info}, *actions])
     try:
         table.storage.write_if_absent(commit_key(version), payload)
     except FileAlreadyExistsError as exc:
-        raise CommitConflictError(
-            "another writer committed this version first; re-read the table and try again",
-            table=table.location, version=version, file=table.storage.uri(commit_key(version)),
-        ) from exc
+        raise CommitConflictError(taken, table=table.location, version=version,
+                                  file=table.storage.uri(commit_key(version))) from exc
     return version
 
 
@@ -186,13 +192,4 @@ def _write(table: DeltaTable, actions: list[dict[str, Any]], version: int, read_
     info["isBlindAppend"] = all("add" in a and a["add"].get("dataChange", True) for a in actions) and bool(actions)
     if ict is not None:
         info["inCommitTimestamp"] = ict
-    # commitInfo first: in-commit timestamps require it, and readers look for it there.
-    payload = encode_actions([{"commitInfo": info}, *actions])
-    try:
-        table.storage.write_if_absent(commit_key(version), payload)
-    except FileAlreadyExistsError as exc:
-        raise CommitConflictError(
-            "another writer committed this version first", table=table.location, version=version,
-            file=table.storage.uri(commit_key(version)),
-        ) from exc
-    return version
+    return _write_if_absent(table, version, info, actions, "another writer committed this version first")
