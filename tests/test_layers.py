@@ -212,6 +212,17 @@ def test_core_imports_no_spark_and_no_airflow() -> None:
     assert not violations, "core imports pyspark, airflow or the Spark applications:\n" + "\n".join(violations)
 
 
+def test_spark_applications_import_no_airflow() -> None:
+    """spark-submit runs them on a cluster where Airflow is not installed."""
+    violations = [
+        str(imp)
+        for imp in all_imports()
+        if imp.importer.startswith(f"{PACKAGE}.spark")
+        and (imp.target == "airflow" or imp.target.startswith("airflow."))
+    ]
+    assert not violations, "the Spark applications import Airflow:\n" + "\n".join(violations)
+
+
 def test_no_import_circle() -> None:
     cycles = import_cycles(all_imports())
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
