@@ -12,12 +12,13 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_deltaberg.core.compat.enable import MODES, EnablePlan, enable, find_enable_commit
 from airflow_deltaberg.core.compat.rewrite_files import RewriteResult
-from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, EnableBlockedError
+from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.operators.spark_submit import (
     SparkApplicationRun,
     application_file,
     local_python_env,
+    raise_task_failure,
     spark_target,
 )
 
@@ -117,12 +118,10 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         try:
             result = enable(self.table_uri, storage_options=storage_options, mode=self.mode, dry_run=dry_run,
                             rewrite_runner=self._submit_rewrite, on_plan=publish)
-        except EnableBlockedError as exc:
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
-        except DeltabergError as exc:
-            if exc.retryable or isinstance(exc, CommitConflictError):
-                raise  # running again re-plans on the table as the other writer left it
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+        except CommitConflictError:
+            raise  # running again re-plans on the table as the other writer left it
+        except DeltabergError as exc:  # the rewrite job's errors arrive as their own classes (spark.protocol)
+            raise_task_failure(exc, str(self.table_uri))
         self.log.info("Enable of %s: %s%s", self.table_uri, result.action,
                       f" (version {result.committed_version})" if result.committed_version is not None else "")
         return result.to_dict()
