@@ -1,10 +1,18 @@
-"""The typed errors of the core library.
+"""The typed errors of the core library: every exception class of airflow_deltaberg is defined here.
 
 Every message names the table, and where it applies the version and the file at fault, plus what to do.
+
+**Stable names.** The name of each DeltabergError subclass is its stable name: the Spark applications report a
+failure by that name and the operators rebuild the same class from it (``error_classes()``, used by
+``airflow_deltaberg.spark.protocol``). Renaming or removing a class is a change of that protocol. ``retryable``
+says whether running the same step again can help; it travels with the name.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from airflow_deltaberg.core.redact import location_text, strip_userinfo
@@ -134,6 +142,18 @@ class EnableBlockedError(DeltaError):
         return (_rebuild_blocked, (str(self), self.plan))
 
 
+class ComplianceViolationError(DeltabergError):
+    """The table breaks rules of the compliance level it was validated against. ``report`` is the
+    ComplianceReport (core.compat.report); the message is its summary, which lists the violated rules."""
+
+    def __init__(self, report: Any) -> None:
+        super().__init__(report.summary())
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.report,))
+
+
 class RoaringFormatError(ValueError):
     """Bytes that are not a valid serialized roaring bitmap (truncated, unsorted, unknown cookie)."""
 
@@ -160,6 +180,11 @@ class StatsParseError(ValueError):
         return f"the add of {self.path} has {self}"
 
 
+class StatsCountError(ValueError):
+    """A numRecords or nullCount in a stats object that is not an int64 count. core.delta.stats turns it into a
+    StatsParseError naming the row."""
+
+
 class IcebergStartError(DeltaError):
     """The table's Iceberg metadata cannot give a start version (unreadable, or no ``delta-version``)."""
 
@@ -175,9 +200,22 @@ def _rebuild_blocked(message: str, plan: Any) -> EnableBlockedError:
     return err
 
 
+@functools.cache
+def error_classes() -> Mapping[str, type[DeltabergError]]:
+    """Every DeltabergError class of this module (the base included) by its stable name."""
+    found: dict[str, type[DeltabergError]] = {}
+    pending: list[type[DeltabergError]] = [DeltabergError]
+    while pending:
+        cls = pending.pop()
+        if cls.__module__ == __name__ and cls.__name__ not in found:
+            found[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return MappingProxyType(dict(sorted(found.items())))
+
+
 def error_document(error: BaseException, *, retryable: bool) -> dict[str, Any]:
-    """How a Spark application reports a failure in its ``--result-file``: ``{"error": {type, message, table,
-    version, file, retryable}}`` (table, version and file from a DeltaError, else null)."""
+    """An error as JSON: ``{"error": {type, message, table, version, file, retryable}}`` (table, version and file
+    from a DeltaError, else null). The Spark result protocol (airflow_deltaberg.spark.protocol) builds on it."""
     return {
         "error": {
             "type": type(error).__name__,

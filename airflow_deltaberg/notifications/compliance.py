@@ -1,6 +1,6 @@
 """Notifiers that send the compliance report of a DeltaValidateOperator task by email or to a webhook.
 
-Both take the report from the task's exception (``ComplianceViolationError.report``) or else from the
+Both take the report from the task's exception or its cause (``ComplianceViolationError.report``) or else from the
 ``compliance_report`` XCom of the task instance. Without a report (the task failed for another reason) they
 send a short message with the exception text.
 """
@@ -44,10 +44,14 @@ _SUMMARY_LIMIT = 200
 
 
 def find_report(context: Mapping[str, Any]) -> ComplianceReport | None:
-    """The report carried by the context's exception, else the task instance's ``compliance_report`` XCom."""
-    report = getattr(context.get("exception"), "report", None)
-    if isinstance(report, ComplianceReport):
-        return report
+    """The report carried by the context's exception (DeltaValidateOperator fails the task with an
+    AirflowFailException raised from a ComplianceViolationError), else the task instance's ``compliance_report``
+    XCom."""
+    exc = context.get("exception")
+    for carrier in (exc, getattr(exc, "__cause__", None)):
+        report = getattr(carrier, "report", None)
+        if isinstance(report, ComplianceReport):
+            return report
     ti = context.get("ti") or context.get("task_instance")
     if ti is None:
         return None

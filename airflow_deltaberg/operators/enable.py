@@ -3,25 +3,26 @@ is submitted as a Spark application through the Spark provider's SparkSubmitHook
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import shutil
-import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk import BaseHook, BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_deltaberg.core.enable.commit import find_enable_commit
 from airflow_deltaberg.core.enable.plan import EnablePlan
+from airflow_deltaberg.core.enable.rewrite.result import RewriteResult
 from airflow_deltaberg.core.enable.run import MODES, enable
-from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError, EnableBlockedError
+from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
-from airflow_deltaberg.operators.submit_arguments import settings_argument
+from airflow_deltaberg.operators.spark_submit import (
+    SparkApplicationRun,
+    application_file,
+    local_python_env,
+    raise_task_failure,
+    spark_target,
+)
 
 PLAN_XCOM_KEY = "enable_plan"
 REWRITE_MODULE = "airflow_deltaberg.spark.enable_rewrite"
@@ -29,10 +30,7 @@ REWRITE_MODULE = "airflow_deltaberg.spark.enable_rewrite"
 
 def rewrite_application() -> str:
     """The path of the rewrite application file in the installed package."""
-    spec = importlib.util.find_spec(REWRITE_MODULE)
-    if spec is None or spec.origin is None:
-        raise DeltabergError(f"{REWRITE_MODULE} is not installed: the data rewrite cannot be submitted")
-    return spec.origin
+    return application_file(REWRITE_MODULE)
 
 
 def _parse_bool(value: Any, name: str) -> bool:
@@ -122,66 +120,36 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         try:
             result = enable(self.table_uri, storage_options=storage_options, mode=self.mode, dry_run=dry_run,
                             rewrite_runner=self._submit_rewrite, on_plan=publish)
-        except EnableBlockedError as exc:
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
-        except DeltabergError as exc:
-            if exc.retryable or isinstance(exc, CommitConflictError):
-                raise  # running again re-plans on the table as the other writer left it
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+        except CommitConflictError:
+            raise  # running again re-plans on the table as the other writer left it
+        except DeltabergError as exc:  # the rewrite job's errors arrive as their own classes (spark.protocol)
+            raise_task_failure(exc, str(self.table_uri))
         self.log.info("Enable of %s: %s%s", self.table_uri, result.action,
                       f" (version {result.committed_version})" if result.committed_version is not None else "")
         return result.to_dict()
 
     # -- the rewrite through SparkSubmit ------------------------------------------------------------------
 
-    def _env_vars(self) -> dict[str, str] | None:
-        env = self.spark_submit_kwargs.get("env_vars")
-        if env is not None:
-            return dict(env)
-        # A local master runs the driver and the Python workers here: they need this interpreter (and its
-        # packages, airflow_deltaberg included), not whatever `python3` is on PATH.
-        master = (BaseHook.get_connection(self.spark_conn_id).host or "") if self.spark_conn_id else ""
-        if not master.startswith("local"):
-            return None
-        env: dict[str, str] = {}
-        if "PYSPARK_PYTHON" not in os.environ:
-            env["PYSPARK_PYTHON"] = sys.executable
-        # As the regenerate operator does: pyspark's own spark-submit, beside this interpreter, when none is on PATH.
-        beside = os.path.dirname(sys.executable)
-        if shutil.which("spark-submit") is None and os.path.isfile(os.path.join(beside, "spark-submit")):
-            env["PATH"] = f"{beside}{os.pathsep}{os.environ.get('PATH', '')}"
-        return env or None
-
     def _submit_rewrite(self, location: str, read_version: int, storage_options: Mapping[str, Any] | None
                         ) -> tuple[int, dict[str, Any]]:
-        from airflow_deltaberg.core.enable.rewrite.result import result_from_document
-
-        with tempfile.TemporaryDirectory(prefix="deltaberg-enable-") as tmp:
-            result_file = os.path.join(tmp, "result.json")
-            args = ["--table", location, "--read-version", str(read_version), "--result-file", result_file]
-            kwargs = {k: v for k, v in self.spark_submit_kwargs.items() if k != "env_vars"}
-            hook_kwargs: dict[str, Any] = dict(
-                conn_id=self.spark_conn_id, conf=self.spark_conf, jars=self.spark_jars, packages=self.spark_packages,
-                name=kwargs.pop("name", f"deltaberg-enable-{self.task_id}"), env_vars=self._env_vars(), **kwargs,
-            )
+        kwargs = dict(self.spark_submit_kwargs)
+        target = spark_target(self.spark_conn_id, deploy_mode=kwargs.get("deploy_mode"),
+                              spark_binary=kwargs.get("spark_binary"))
+        with SparkApplicationRun(target, "deltaberg-enable-") as run:
+            args = ["--table", location, "--read-version", str(read_version), "--result-file", run.result_location]
             if storage_options:
-                # Resolved as the submitting hook resolves it (a deploy_mode argument overrides the connection).
-                deploy_mode = SparkSubmitHook(**hook_kwargs)._connection.get("deploy_mode")
-                args += ["--storage-options-json", settings_argument(tmp, "--storage-options-json", storage_options,
-                                                                     local_files=deploy_mode != "cluster")]
-            self._hook = SparkSubmitHook(application_args=args, **hook_kwargs)
+                args += ["--storage-options-json", run.settings_argument("--storage-options-json", storage_options)]
+            self._hook = SparkSubmitHook(
+                application_args=args, conn_id=self.spark_conn_id, conf=self.spark_conf, jars=self.spark_jars,
+                packages=self.spark_packages, name=kwargs.pop("name", f"deltaberg-enable-{self.task_id}"),
+                env_vars=local_python_env(target, self.spark_conf, kwargs.pop("env_vars", None)), **kwargs,
+            )
             self.log.info("Submitting the rewrite of %s (read version %s)", location, read_version)
-            try:
-                self._hook.submit(rewrite_application())
-            except AirflowException:
-                if os.path.exists(result_file):  # the job described its failure: raise that, typed
-                    with open(result_file) as f:
-                        result_from_document(json.load(f))
-                raise
-            if os.path.exists(result_file):
-                with open(result_file) as f:
-                    result = result_from_document(json.load(f))  # raises the job's typed error
-                return int(result.version), result.to_dict()
+            # A failure the job described is raised as its own error class (execute() decides about retries).
+            payload = run.result(lambda: self._hook.submit(rewrite_application()))
+        if payload is not None:
+            result = RewriteResult.from_dict(payload)
+            return int(result.version), result.to_dict()
         # Cluster deploy mode: the driver wrote its result elsewhere. The log says whether the job committed.
         version = find_enable_commit(location, read_version, storage_options)
         if version is None:

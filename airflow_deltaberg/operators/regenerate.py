@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import shutil
-import sys
-import tempfile
 from collections.abc import Mapping, Sequence
-from importlib.util import find_spec
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
 from airflow_deltaberg.hooks.catalog import masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
@@ -29,15 +25,21 @@ from airflow_deltaberg.operators.convert import (
     checked_catalog_arguments,
     emit_asset_event,
 )
-from airflow_deltaberg.operators.submit_arguments import settings_argument
+from airflow_deltaberg.operators.spark_submit import (
+    SparkApplicationRun,
+    application_file,
+    local_python_env,
+    raise_task_failure,
+    spark_target,
+)
 from airflow_deltaberg.operators.validate import _parse_version
+
+REGENERATE_MODULE = "airflow_deltaberg.spark.regenerate"
 
 
 def regenerate_application() -> str:
     """The path of the PySpark application inside the installed package (nothing for the user to copy)."""
-    spec = find_spec("airflow_deltaberg.spark")
-    assert spec is not None and spec.origin is not None
-    return str(Path(spec.origin).with_name("regenerate.py"))
+    return application_file(REGENERATE_MODULE)
 
 
 def version_bounds(version: Any, version_range: Any) -> tuple[int | None, int | None]:
@@ -68,18 +70,6 @@ def version_bounds(version: Any, version_range: Any) -> tuple[int | None, int | 
     if target is not None and target != end:
         raise ValueError(f"version {target} and version_range's to_version {end} disagree")
     return start, end
-
-
-def read_result(location: str) -> dict[str, Any] | None:
-    """The application's result document, or None when it wrote none."""
-    import fsspec
-
-    try:
-        with fsspec.open(location, "r", encoding="utf-8") as handle:
-            document = json.load(handle)
-    except (FileNotFoundError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
 
 
 class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
@@ -143,9 +133,15 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         deltaberg_conn_id: str | None = None,
         result_location: str | None = None,
         name: str = "deltaberg-regenerate",
+        conn_id: str = "spark_default",
+        deploy_mode: str | None = None,
+        spark_binary: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(application=regenerate_application(), name=name, **kwargs)
+        super().__init__(application=regenerate_application(), name=name, conn_id=conn_id, deploy_mode=deploy_mode,
+                         spark_binary=spark_binary, **kwargs)
+        # Kept here too: where the submission goes is read from them (spark_target), not from the hook.
+        self.spark_conn_id, self.spark_deploy_mode, self.spark_binary_name = conn_id, deploy_mode, spark_binary
         self.table_uri = table_uri
         self.version = version
         self.version_range = version_range
@@ -176,33 +172,26 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         self.log.info("Regenerating the Iceberg metadata of %s up to %s with Spark%s", self.table_uri, commits,
                       f", registered as {identifier} in catalog {self.catalog_name!r} "
                       f"{masked_properties(catalog_config)}" if catalog_config is not None else "")
-        with tempfile.TemporaryDirectory(prefix="deltaberg-regenerate-") as work:
-            result_location = self.result_location or os.path.join(work, "result.json")
-            if self.result_location:
-                _remove(result_location)  # a result left by an earlier try must not pass for this one's
-            self._prepare_submit(work, result_location, target, identifier, catalog_config, storage_options)
+        spark = spark_target(self.spark_conn_id, deploy_mode=self.spark_deploy_mode,
+                             spark_binary=self.spark_binary_name)
+        with SparkApplicationRun(spark, "deltaberg-regenerate-", self.result_location) as run:
+            self._prepare_submit(run, target, identifier, catalog_config, storage_options)
             try:
-                super().execute(context)
-            except AirflowException as exc:
-                self._fail_from_result(read_result(result_location), exc)
-                raise
-            document = read_result(result_location)
-        if document is None or "error" in document:
-            self._fail_from_result(document, None)
-            raise AirflowException(f"the Spark application wrote no result to {result_location}")
-        result = ConversionResult(**document)
+                payload = run.result(partial(SparkSubmitOperator.execute, self, context))
+            except DeltabergError as exc:
+                raise_task_failure(exc, str(self.table_uri))
+            if payload is None:
+                raise AirflowException(f"the Spark application wrote no result to {run.result_location}")
+        result = ConversionResult(**payload)
         self.log.info(_summary_line(result))
         self._emit_asset_event(context, result)
         return result.to_dict()
 
-    def _prepare_submit(self, work: str, result_location: str, target: int | None, identifier: str | None,
+    def _prepare_submit(self, run: SparkApplicationRun, target: int | None, identifier: str | None,
                         catalog_config: Mapping[str, Any] | None, storage_options: Mapping[str, Any]) -> None:
         """Set the application arguments and, for a local master, the Python and spark-submit to use."""
-        probe = self._get_hook()  # resolves the Spark connection: master, deploy mode, binary
-        connection = probe._connection
-        local_files = connection.get("deploy_mode") != "cluster"
         args = ["--table", str(self.table_uri), "--catalog-name", str(self.catalog_name),
-                "--result-file", result_location]
+                "--result-file", run.result_location]
         if target is not None:
             args += ["--version", str(target)]
         if self.full:
@@ -213,41 +202,9 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
             args += ["--identifier", identifier]
         for flag, value in (("--catalog-config-json", catalog_config), ("--storage-options-json", storage_options)):
             if value:
-                args += [flag, settings_argument(work, flag, value, local_files=local_files)]
+                args += [flag, run.settings_argument(flag, value)]
         self.application_args = args
-        conf = dict(self.conf or {})
-        env = dict(self.env_vars or {})
-        if str(connection.get("master", "")).startswith("local"):
-            if "spark.pyspark.python" not in conf and "PYSPARK_PYTHON" not in {**os.environ, **env}:
-                # The Python that has this package, for the driver and the workers (and for spark-submit's own
-                # lookup of SPARK_HOME, which imports pyspark).
-                env["PYSPARK_PYTHON"] = sys.executable
-            binary = str(connection.get("spark_binary") or "spark-submit")
-            beside = Path(sys.executable).parent
-            if shutil.which(binary, path=env.get("PATH")) is None and (beside / binary).is_file():
-                env["PATH"] = f"{beside}{os.pathsep}{env.get('PATH', os.environ.get('PATH', ''))}"
-        self.conf, self.env_vars = conf, env or None
-        self._hook = None  # rebuilt by SparkSubmitOperator.execute with these arguments
-
-    def _fail_from_result(self, document: Mapping[str, Any] | None, cause: BaseException | None) -> None:
-        """Fail without retries when the application reported an error that running again cannot fix."""
-        error = (document or {}).get("error")
-        if not isinstance(error, Mapping):
-            return
-        message = f"{error.get('type')}: {error.get('message')}"
-        if self.table_uri not in message:
-            message += f" (table {self.table_uri})"
-        if error.get("retryable"):
-            raise AirflowException(message) from cause
-        raise AirflowFailException(message) from cause
+        self.env_vars = local_python_env(run.target, self.conf, self.env_vars)
 
     def _emit_asset_event(self, context: Context, result: ConversionResult) -> None:
         emit_asset_event(self, context, result)
-
-
-def _remove(location: str) -> None:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(location)
-    if fs.exists(path):
-        fs.rm_file(path)

@@ -8,22 +8,11 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_deltaberg.core.compat import ComplianceReport, Level, validate
-from airflow_deltaberg.core.errors import DeltabergError, DeltaError
+from airflow_deltaberg.core.compat import Level, validate
+from airflow_deltaberg.core.errors import ComplianceViolationError, DeltabergError, DeltaError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 
 XCOM_KEY = "compliance_report"
-
-
-class ComplianceViolationError(AirflowFailException):
-    """The table breaks rules of the level; fails the task without retries. ``report`` holds the findings."""
-
-    def __init__(self, report: ComplianceReport) -> None:
-        super().__init__(report.summary())
-        self.report = report
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.report,))
 
 
 def _parse_level(value: Any) -> Level:
@@ -54,9 +43,10 @@ class DeltaValidateOperator(BaseOperator):
 
     The report dict (see ``airflow_deltaberg.core.compat.report``) is pushed to XCom under the key
     ``compliance_report`` and returned (``return_value``). A non-compliant table fails the task without
-    retries (``ComplianceViolationError``) unless ``fail_on_violation`` is False. Errors that retrying cannot
-    fix (bad table, unsupported feature) fail the task without retries; storage errors are re-raised so the
-    task's ``retries`` apply.
+    retries unless ``fail_on_violation`` is False: an AirflowFailException whose message is the report's summary,
+    raised from a ``ComplianceViolationError`` (core.errors) that carries the report (``__cause__.report``).
+    Errors that retrying cannot fix (bad table, unsupported feature) fail the task without retries; storage errors
+    are re-raised so the task's ``retries`` apply.
 
     :param table_uri: the table location (local path or fsspec URI). Templated.
     :param level: ``compat-v1``, ``compat-v2`` or ``writer-compat-v1``. Templated.
@@ -124,7 +114,8 @@ class DeltaValidateOperator(BaseOperator):
             return report_dict
         self.log.error("Compliance report:\n%s", report.to_text())
         if self.fail_on_violation:
-            raise ComplianceViolationError(report)
+            violation = ComplianceViolationError(report)
+            raise AirflowFailException(str(violation)) from violation
         self.log.warning("The table is not compliant; fail_on_violation is False, so the task succeeds")
         return report_dict
 

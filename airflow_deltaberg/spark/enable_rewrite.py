@@ -20,7 +20,6 @@ airflow_deltaberg: install the package on them (or ship it with ``--py-files``).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -39,11 +38,11 @@ from airflow_deltaberg.core.enable.rewrite.files import (
     written_file_from_row,
     written_files_batch,
 )
-from airflow_deltaberg.core.enable.rewrite.result import RewriteResult, result_document
+from airflow_deltaberg.core.enable.rewrite.result import RewriteResult
 from airflow_deltaberg.core.enable.rewrite.stats import DEFAULT_STRING_PREFIX
 from airflow_deltaberg.core.enable.rewrite.writer import write_files
-from airflow_deltaberg.core.errors import DeltabergError, EnableBlockedError
-from airflow_deltaberg.spark.arguments import json_object_argument
+from airflow_deltaberg.core.errors import EnableBlockedError
+from airflow_deltaberg.spark.protocol import add_protocol_arguments, json_object_argument, run_application
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +148,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="enable_rewrite.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, help="table location (path or URI)")
     parser.add_argument("--read-version", required=True, type=int, help="the version the enable was planned at")
-    parser.add_argument("--storage-options-json", default=None, help="storage options (JSON object or @FILE)")
-    parser.add_argument("--result-file", default=None, help="write the result (or the error) here as JSON")
+    add_protocol_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -172,34 +170,18 @@ def _session() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the rewrite; exit 0 when committed, 1 on a failure (described in --result-file and stderr)."""
+    """Run the rewrite; exit 0 when committed, 2 on a failure (described in --result-file and stderr; the result
+    protocol of airflow_deltaberg.spark.protocol)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per JVM call otherwise
     args = _arguments(argv)
     storage_options = json_object_argument(args.storage_options_json, "--storage-options-json")
     spark = _session()
-    code = 0
     try:
-        result = run_rewrite(spark, args.table, args.read_version, storage_options)
-        document = result_document(result)
-    except Exception as exc:
-        document = result_document(error=exc)
-        code = 1
-        if not isinstance(exc, DeltabergError):
-            _write_result(args.result_file, document)
-            raise  # unexpected: keep the traceback
-        print(f"enable rewrite failed: {exc}", file=sys.stderr)
+        return run_application("enable rewrite", args.result_file,
+                               lambda: run_rewrite(spark, args.table, args.read_version, storage_options).to_dict())
     finally:
         spark.stop()
-    _write_result(args.result_file, document)
-    print(json.dumps(document))
-    return code
-
-
-def _write_result(path: str | None, document: Mapping[str, Any]) -> None:
-    if path:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ metrics of its files and writes their manifests (``write_file_manifests`` in ``m
 writes the state, manifest list, metadata.json and catalog pointer. The Spark session is only started for a
 full conversion.
 
-Prints the ConversionResult JSON (as ``deltaberg convert --format json``) and writes it to ``--result-file``;
-on failure the file holds ``{"error": {"type", "message", "table", "version", "file", "retryable"}}`` and the
-exit code is 2. A JSON argument given as ``@PATH`` is read from that file (keeps secrets off the command line).
+Prints the ConversionResult JSON (as ``deltaberg convert --format json``) and writes ``{"result": ...}`` to
+``--result-file``; on failure the file holds the error and the exit code is 2 (the result protocol of
+``airflow_deltaberg.spark.protocol``, which also reads a JSON argument given as ``@PATH``).
 
 Spark reads the log through its own Hadoop configuration (object stores: credentials in the Spark conf);
 ``--storage-options-json`` serves the core's reads and the executors' writes. The driver and executors import
@@ -40,19 +40,18 @@ from airflow_deltaberg.core.delta.actions import DV_TYPE, STRING_MAP
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import conform, parse_stats, stats_type
-from airflow_deltaberg.core.errors import DeltabergError, DeltaError, error_document
+from airflow_deltaberg.core.errors import DeltaError
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, _info_from_json, _info_to_json
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS, SnapshotPlan, write_file_manifests
 from airflow_deltaberg.core.storage import Storage
-from airflow_deltaberg.spark.arguments import json_object_argument
+from airflow_deltaberg.spark.protocol import add_protocol_arguments, json_object_argument, run_application
 
 log = logging.getLogger(__name__)
 
 #: Files per Spark task: two manifests' worth. A Python worker holds its task's files, parsed stats and entries at
 #: once (about 300 MB for 50k files with stats for 20 columns).
 ROWS_PER_TASK = 2 * MANIFEST_ROWS
-EXIT_OK, EXIT_ERROR = 0, 2
 _RECORD_DDL = "record string"
 
 
@@ -202,23 +201,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--catalog-config-json", default=None, help="pyiceberg catalog properties (JSON or @FILE)")
     parser.add_argument("--catalog-name", default="deltaberg", help="pyiceberg catalog name")
     parser.add_argument("--identifier", default=None, help="register the table as NAMESPACE.TABLE")
-    parser.add_argument("--storage-options-json", default=None, help="fsspec storage options (JSON or @FILE)")
-    parser.add_argument("--result-file", default=None, help="write the result (or the error) here as JSON")
+    add_protocol_arguments(parser)
     return parser.parse_args(argv)
-
-
-def failure_document(error: BaseException) -> dict[str, Any]:
-    """The ``--result-file`` content of a failed run. Unexpected (non-core) errors are retryable: a Spark
-    executor lost or out of memory may well pass on the next try."""
-    return error_document(error, retryable=bool(error.retryable) if isinstance(error, DeltabergError) else True)
-
-
-def _write_result(location: str | None, document: Mapping[str, Any]) -> None:
-    if location:
-        import fsspec
-
-        with fsspec.open(location, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -226,28 +210,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = _arguments(argv)
     writer = SparkManifestWriter(session)
-    code = EXIT_OK
-    try:
-        result = regenerate(
+
+    def work() -> dict[str, Any]:
+        return regenerate(
             args.table, writer, version=args.version, full=args.full,
             storage_options=json_object_argument(args.storage_options_json, "--storage-options-json"),
             catalog_config=json_object_argument(args.catalog_config_json, "--catalog-config-json"),
             catalog_name=args.catalog_name, identifier=args.identifier, format_version=args.format_version,
-        )
-        document = result.to_dict()
-    except Exception as exc:
-        document = failure_document(exc)
-        code = EXIT_ERROR
-        _write_result(args.result_file, document)
-        if not isinstance(exc, DeltabergError):
-            raise  # unexpected: keep the traceback
-        print(f"regenerate failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return code
+        ).to_dict()
+
+    try:
+        return run_application("regenerate", args.result_file, work)
     finally:
         writer.stop()
-    _write_result(args.result_file, document)
-    print(json.dumps(document, indent=2))
-    return code
 
 
 if __name__ == "__main__":

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 from airflow.sdk import DAG
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_deltaberg.core.compat import Level, rules_for, validate
+from airflow_deltaberg.core.errors import ComplianceViolationError
 from airflow_deltaberg.notifications import ComplianceEmailNotifier, ComplianceWebhookNotifier
-from airflow_deltaberg.operators import ComplianceViolationError, DeltaValidateOperator
+from airflow_deltaberg.operators import DeltaValidateOperator
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -235,7 +236,13 @@ def test_both_notifiers_on_one_task(
 
 
 def _violation_context(table: Path) -> dict[str, Any]:
-    return {"exception": ComplianceViolationError(validate(str(table)))}
+    """The context of a failed validation: the AirflowFailException raised from the core error (as the operator
+    raises it)."""
+    violation = ComplianceViolationError(validate(str(table)))
+    try:
+        raise AirflowFailException(str(violation)) from violation
+    except AirflowFailException as exc:
+        return {"exception": exc}
 
 
 def test_webhook_error_names_the_host_only(plain_table: Path, webhook_server) -> None:

@@ -1,7 +1,9 @@
 """DeltaIcebergRegenerateOperator in one real ``dag.test()`` run: spark-submit of the packaged application on
 ``spark_default`` = local[*], the version range taken from an upstream task's XCom (as the Delta commit sensor
 returns it), the ConversionResult as XCom, the Iceberg table read back with pyiceberg through a SQLite catalog,
-and the asset event in the metadata DB. Bad ranges fail in the same run without retries and without Spark."""
+and the asset event in the metadata DB. A version the table does not have fails inside the application and
+arrives as VersionNotFoundError, without retries; bad ranges fail in the same run without retries and without
+Spark."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from airflow.sdk import DAG, Asset, task
+from airflow.sdk.exceptions import AirflowFailException
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
 from pyiceberg.catalog import load_catalog
 from submit_secrets import STORAGE_SECRET, assert_secret_only_in_private_files
 
+from airflow_deltaberg.core.errors import VersionNotFoundError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
 from airflow_deltaberg.operators.regenerate import DeltaIcebergRegenerateOperator, version_bounds
 
@@ -72,6 +76,10 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
             catalog_config=catalog_config, conf=SPARK_CONF, deltaberg_conn_id=secret_storage_connection,
             format_version=3,
         )
+        DeltaIcebergRegenerateOperator(  # fails inside the Spark application: the error comes back typed
+            task_id="too_far", table_uri=str(table), version=7, conf=SPARK_CONF,
+            deltaberg_conn_id=secret_storage_connection, retries=2, retry_delay=NO_DELAY, on_failure_callback=remember,
+        )
         DeltaIcebergRegenerateOperator(
             task_id="backwards", table_uri=str(table), version_range={"from_version": 3, "to_version": 1},
             retries=2, retry_delay=NO_DELAY, on_failure_callback=remember,
@@ -101,6 +109,12 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
                                           "records", "identifier")} | {"catalog_name": "deltaberg"},
     }]
     assert_secret_only_in_private_files(spark_submit_commands, STORAGE_SECRET)
+    too_far = result.ti("too_far")
+    assert (too_far.state, too_far.try_number, too_far.max_tries) == ("failed", 1, 2)  # not retryable
+    assert type(caught["too_far"]) is AirflowFailException
+    arrived = caught["too_far"].__cause__
+    assert type(arrived) is VersionNotFoundError and arrived.retryable is False
+    assert arrived.table == str(table) and str(caught["too_far"]) == f"VersionNotFoundError: {arrived}"
     for task_id, message in (("backwards", "from_version 3 > to_version 1"),
                              ("disagreeing", "version 2 and version_range's to_version 1 disagree")):
         failed = result.ti(task_id)

@@ -9,10 +9,12 @@ from typing import Any, ClassVar
 import fsspec
 import pytest
 from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException
 from fsspec.implementations.memory import MemoryFileSystem
 
 from airflow_deltaberg.core.compat import ComplianceReport, validate
-from airflow_deltaberg.operators import ComplianceViolationError, DeltaValidateOperator
+from airflow_deltaberg.core.errors import ComplianceViolationError
+from airflow_deltaberg.operators import DeltaValidateOperator
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 NO_DELAY = dt.timedelta(seconds=0)
@@ -77,11 +79,14 @@ def test_exception_carries_the_report_and_summary(run_dag, dag_id, plain_table: 
 
     assert result.ti("validate").state == "failed"
     (exc,) = caught
-    assert isinstance(exc, ComplianceViolationError)
-    assert isinstance(exc.report, ComplianceReport)
-    assert str(exc) == exc.report.summary()
+    # No retries: Airflow's AirflowFailException, raised from the core error that carries the report.
+    assert type(exc) is AirflowFailException
+    violation = exc.__cause__
+    assert isinstance(violation, ComplianceViolationError) and violation.retryable is False
+    assert isinstance(violation.report, ComplianceReport)
+    assert str(exc) == str(violation) == violation.report.summary()
     assert str(exc).startswith(f"NOT COMPLIANT: {plain_table} at version 0")
-    assert exc.report.to_dict() == result.xcom("validate", "compliance_report")
+    assert violation.report.to_dict() == result.xcom("validate", "compliance_report")
 
 
 def test_fail_on_violation_false_succeeds_with_the_failing_report(

@@ -24,10 +24,8 @@ from airflow_deltaberg.core.enable.rewrite.files import (
     written_files_batch,
 )
 from airflow_deltaberg.core.enable.rewrite.partitions import serialize_partition_value
-from airflow_deltaberg.core.enable.rewrite.result import RewriteResult, result_document, result_from_document
 from airflow_deltaberg.core.enable.rewrite.stats import FileStats
 from airflow_deltaberg.core.enable.rewrite.writer import write_files
-from airflow_deltaberg.core.errors import CommitConflictError
 
 FIELD_ID = b"PARQUET:field_id"
 UTC = dt.UTC
@@ -206,14 +204,3 @@ def test_remove_actions_keep_the_deletion_vector(fixtures_dir: Path) -> None:
         assert remove["dataChange"] is False and remove["deletionTimestamp"] == 123
         assert remove["deletionVector"] == f["deletionVector"]
         assert remove["size"] == f["size"] and remove["partitionValues"] == {}
-
-
-def test_result_document_round_trip() -> None:
-    result = RewriteResult("/t", 3, 4, 2, 1, 10, 999)
-    assert result_from_document(json.loads(json.dumps(result_document(result)))) == result
-    error = CommitConflictError("version 4 was taken", table="/t", version=4, file="/t/_delta_log/4.json")
-    document = json.loads(json.dumps(result_document(error=error)))
-    with pytest.raises(CommitConflictError) as caught:
-        result_from_document(document)
-    assert (caught.value.table, caught.value.version, caught.value.file) == ("/t", 4, "/t/_delta_log/4.json")
-    assert str(caught.value) == str(error)

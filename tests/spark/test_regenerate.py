@@ -275,7 +275,7 @@ def test_spark_submit_runs_the_application(tmp_path: Path) -> None:
     )
 
     assert completed.returncode == 0, completed.stderr[-4000:]
-    document = json.loads(result_file.read_text())
+    document = json.loads(result_file.read_text())["result"]
     # spark-submit passes on the driver's stderr (logs) in its stdout; the result is the indented JSON block.
     printed = completed.stdout[completed.stdout.index("\n{\n") + 1:]
     assert json.loads(printed[:printed.index("\n}\n") + 2]) == document

@@ -29,7 +29,7 @@ import pyarrow.json as pj
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructField, StructType
-from airflow_deltaberg.core.errors import StatsParseError
+from airflow_deltaberg.core.errors import StatsCountError, StatsParseError
 
 _INTS = {"byte", "short", "integer", "long"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -165,7 +165,7 @@ def parse_stats(stats: pa.Array, schema: StructType, columns: Sequence[str] | No
                 raise StatsParseError(f"stats that are not JSON ({exc}): {text[:120]!r}", _row(stats, i)) from exc
             try:
                 rows.append(_sanitize_stats(value, parse_type))
-            except _BadCount as exc:
+            except StatsCountError as exc:
                 raise StatsParseError(f"stats whose {exc} (numRecords and nullCount are counts, 0 to 2^63-1): "
                                       f"{text[:120]!r}", _row(stats, i)) from exc
         parsed = _nulls_inherited(pa.array(rows, parse_type))
@@ -318,14 +318,10 @@ def _ndjson_buffer(strings: pa.StringArray) -> pa.Buffer:
     return lines.buffers()[2][: int(offsets[-1])]
 
 
-class _BadCount(ValueError):
-    """A numRecords or nullCount that is not an int64 count."""
-
-
 def _sanitize_stats(value: Any, t: pa.StructType) -> dict[str, Any]:
-    """A stats object as ``t`` wants it: counts checked (``_BadCount``), bounds that do not fit dropped."""
+    """A stats object as ``t`` wants it: counts checked (``StatsCountError``), bounds that do not fit dropped."""
     if not isinstance(value, dict):
-        raise _BadCount(f"value is a JSON {type(value).__name__}")  # _check_objects let no such row through
+        raise StatsCountError(f"value is a JSON {type(value).__name__}")  # _check_objects let no such row through
     out = {}
     for f in t:
         item = value.get(f.name)
@@ -342,7 +338,7 @@ def _count(value: Any, t: pa.DataType, path: tuple[str, ...]) -> Any:
         return {f.name: _count(value.get(f.name), f.type, (*path, f.name)) for f in t}
     if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
         what = f"{path[0]} of column {'.'.join(path[1:])}" if len(path) > 1 else path[0]
-        raise _BadCount(f"{what} {value} is beyond int64")
+        raise StatsCountError(f"{what} {value} is beyond int64")
     return _sanitize(value, t)
 
 

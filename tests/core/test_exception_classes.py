@@ -1,0 +1,81 @@
+"""Every exception class of airflow_deltaberg is defined in core/errors.py: a walk over the package's source
+(parsed, not imported: no Spark or Airflow needed) that names any class defined elsewhere."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from pathlib import Path
+
+import airflow_deltaberg
+
+PACKAGE = Path(airflow_deltaberg.__file__).parent
+ERRORS_MODULE = "airflow_deltaberg.core.errors"
+
+#: Private control-flow exceptions another branch of issue 12 moves into core/errors.py. Empty this list when
+#: that branch is merged (the last test below says so).
+EXPECTED_TO_MOVE = frozenset({
+    "airflow_deltaberg.core.delta.actions._StringsNotUtf8",
+    "airflow_deltaberg.core.iceberg.convert._FallBackToFull",
+})
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _base_names(node: ast.ClassDef) -> list[str]:
+    names = []
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            names.append(base.id)
+        elif isinstance(base, ast.Attribute):
+            names.append(base.attr)
+    return names
+
+
+def _builtin_exception(name: str) -> bool:
+    value = getattr(builtins, name, None)
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+def exception_classes() -> dict[str, str]:
+    """Every class of the package that derives from an exception, as ``module.Class`` -> its module. A base
+    counts as an exception when it is a builtin one, is named like one (``...Error``, ``...Exception``), or is
+    itself such a class of the package; classes nested in functions count too."""
+    classes: list[tuple[str, str, list[str]]] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ClassDef):
+                classes.append((module, node.name, _base_names(node)))
+    exceptions: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for _module, name, bases in classes:
+            if name not in exceptions and any(
+                _builtin_exception(b) or b.endswith(("Error", "Exception")) or b in exceptions for b in bases
+            ):
+                exceptions.add(name)
+                changed = True
+    return {f"{module}.{name}": module for module, name, bases in classes if name in exceptions}
+
+
+def test_the_walk_finds_the_core_errors() -> None:
+    found = exception_classes()
+    assert found[f"{ERRORS_MODULE}.DeltabergError"] == ERRORS_MODULE
+    assert found[f"{ERRORS_MODULE}.StatsParseError"] == ERRORS_MODULE  # a ValueError
+
+
+def test_every_exception_class_lives_in_core_errors() -> None:
+    outside = sorted(name for name, module in exception_classes().items()
+                     if module != ERRORS_MODULE and name not in EXPECTED_TO_MOVE)
+    assert outside == [], f"exception classes defined outside core/errors.py: {', '.join(outside)}"
+
+
+def test_the_expected_to_move_list_is_not_stale() -> None:
+    still_there = {name for name, module in exception_classes().items() if module != ERRORS_MODULE}
+    stale = sorted(EXPECTED_TO_MOVE - still_there)
+    assert stale == [], f"moved into core/errors.py: remove {', '.join(stale)} from EXPECTED_TO_MOVE"
