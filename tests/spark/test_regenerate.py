@@ -2,7 +2,7 @@
 written by Spark executors give the same Iceberg table as the in-process conversion.
 
 Each table is converted twice, in two copies: in process, and with ``SparkManifestWriter`` on the shared session
-(``rows_per_task`` small, so that several tasks write manifests even for small tables). The manifests, read back
+(manifests of 8 files, so that several tasks write manifests even for small tables). The manifests, read back
 with pyiceberg, must list the same data files (path, partition, record count, size, null counts, bounds) and the
 same position-delete files (partition, record count, the data file and positions they hold). The rows pyiceberg
 reads must be deltalake's for deltalake tables, and Delta on Spark's for the fixtures (deltalake refuses deletion
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -31,8 +30,10 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
 
 from airflow_deltaberg.core.delta import DeltaTable
+from airflow_deltaberg.core.iceberg import file_manifests
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.spark.regenerate import SparkManifestWriter, main
+from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+from airflow_deltaberg.spark.regenerate import main
 
 pytestmark = pytest.mark.spark
 
@@ -103,10 +104,15 @@ def iceberg_rows(metadata_location: str) -> list[str]:
     return scanned(StaticTable.from_metadata(metadata_location))
 
 
-def writer_for(spark: Any, location: Path, tasks: int = 3) -> SparkManifestWriter:
-    """A writer that spreads the table's live files over about ``tasks`` Spark tasks."""
-    files = DeltaTable(str(location)).snapshot().num_files
-    return SparkManifestWriter(spark, rows_per_task=max(1, math.ceil(files / tasks)))
+@pytest.fixture(autouse=True)
+def _small_manifests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Manifests of a few files each, so that even small tables get several groups (several Spark tasks)."""
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 8)
+
+
+def writer_for(spark: Any, location: Path) -> SparkManifestWriter:
+    """A writer with one group (data manifest) per Spark task."""
+    return SparkManifestWriter(spark, groups_per_task=1)
 
 
 def convert_both(spark: Any, local: Path, tmp_path: Path, name: str | None = None

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -47,12 +46,13 @@ from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.deletion_vector_files import deletion_vector_key
 from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files, expire_snapshots
 from airflow_deltaberg.core.iceberg.file_manifests import (
+    ManifestEngine,
     SnapshotPlan,
     file_entries,
-    pruning_order,
+    in_process,
     two_at_a_time,
     write_entry_manifests,
-    write_file_manifests,
+    write_snapshot_manifests,
 )
 from airflow_deltaberg.core.iceberg.manifest import FORMAT_VERSIONS, assign_first_row_ids, write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
@@ -269,27 +269,15 @@ def _summary(manifests: Sequence[ManifestRecord], snapshot_id: int) -> dict[str,
     }
 
 
-#: Writes the manifests of a full conversion; the default writes them in this process.
-ManifestWriter = Callable[[Storage, SnapshotPlan, Snapshot], list[ManifestRecord]]
-
-
-def _write_in_process(storage: Storage, plan: SnapshotPlan, snapshot: Snapshot) -> list[ManifestRecord]:
-    # The pruning order needs no stats: it is sorted on a thread of its own while they are read. The files go
-    # straight into the call, which holds their only reference (and frees their chunks once combined).
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        order = pool.submit(pruning_order, snapshot.file_keys(), plan)
-        return write_file_manifests(storage, plan, snapshot.read_files(), order=order.result())
-
-
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: _Tip, *,
                  storage_options: Mapping[str, Any] | None = None,
-                 manifest_writer: ManifestWriter | None = None, format_version: int = 2) -> tuple[_Tip, int, int]:
+                 manifest_writer: ManifestEngine | None = None, format_version: int = 2) -> tuple[_Tip, int, int]:
     """One Iceberg snapshot listing every live file of ``snapshot``."""
     storage = table.storage
     plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options,
                          format_version)
     with _discarded_unless_published(storage, tip, plan):
-        manifests = (manifest_writer or _write_in_process)(storage, plan, snapshot)
+        manifests = write_snapshot_manifests(storage, plan, snapshot, manifest_writer or in_process)
         summary = _summary(manifests, plan.snapshot_id)
         # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
         removed_files = tip.total_files
@@ -552,7 +540,7 @@ def convert(
     identifier: str | None = None,
     version: int | None = None,
     full: bool = False,
-    manifest_writer: ManifestWriter | None = None,
+    manifest_writer: ManifestEngine | None = None,
     retain_snapshots: int | None = None,
     max_snapshot_age_ms: int | None = None,
     format_version: int | None = None,
@@ -562,8 +550,8 @@ def convert(
 
     Incremental when an earlier conversion exists (one Iceberg snapshot per new Delta commit), full when
     asked, on the first run, or when the commits since the last run are gone (logged with the reason).
-    ``manifest_writer`` replaces the in-process writing of a full conversion's manifests (e.g. by Spark
-    executors, see airflow_deltaberg.spark); it must return what ``write_file_manifests`` would.
+    ``manifest_writer`` is the engine that writes the groups of a full conversion's manifests (``write_group`` on
+    each): in this process by default, by Spark executors with ``airflow_deltaberg.spark.manifest_engine``.
 
     Snapshot expiry runs when ``retain_snapshots`` or ``max_snapshot_age_ms`` is given: snapshots older than
     the age (any age when not given) beyond the newest ``retain_snapshots`` (at least 1) are dropped from the

@@ -1,0 +1,270 @@
+"""One converter, two engines: a full conversion's manifests are the same entry by entry, and grouped the same,
+whether written in process or by Spark executors (``airflow_deltaberg.spark.manifest_engine``).
+
+Every fixture table that converts is converted twice, in two copies: in process, and with ``SparkManifestWriter``
+on the shared local[2] session, with manifests of a few files each so that most tables get several groups. The
+manifest lists and every manifest are read back with fastavro and compared in order: the manifests (content,
+counts, partition summaries) and their entries (data file path relative to the table, partition tuple, record
+count, value/null counts, bounds; delete files with the data file they reference). A table the in-process
+conversion refuses must be refused by the Spark engine with the same error class.
+
+The spark-submit application (local[2], its own JVM) is compared the same way on a fixture with deletion vectors
+and on a synthetic 100k-file partitioned table whose checkpoint carries the stats only as a ``stats_parsed`` struct
+with the ``nullCounts`` alias (the default 25k files per manifest: four groups). Iceberg Java reads the
+Spark-written tables with Delta on Spark's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg import file_manifests
+from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+
+pytestmark = pytest.mark.spark
+
+APP = str(Path(__file__).resolve().parents[2] / "airflow_deltaberg" / "spark" / "regenerate.py")
+#: A fixture table of 300k files (the synthetic table below covers the scale in less time).
+BIG_FIXTURE = "300k-add-files-100-col-partitioned"
+
+
+# -- reading what a conversion wrote ------------------------------------------------------------------------------
+
+
+def _local(location: str) -> str:
+    return location[len("file:"):] if location.startswith("file:") else location
+
+
+def _relative(value: Any, root: str) -> Any:
+    """``value`` with the table root taken off every location in it (the two copies live in different folders)."""
+    if isinstance(value, dict):
+        return {k: _relative(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative(v, root) for v in value]
+    if isinstance(value, bytes) and value.startswith(root.encode()):  # a bound of a position delete's file_path
+        return _relative(value.decode(), root)
+    if isinstance(value, str):
+        local = _local(value)
+        return local[len(root) + 1:] if local.startswith(root + "/") else value
+    return value
+
+
+def _delete_file(data_file: dict[str, Any], root: str) -> dict[str, Any]:
+    """A delete file's entry as both copies can agree on: its name (derived from the data file's location) and
+    size left out, the positions of a position delete file read in."""
+    location = data_file.pop("file_path")
+    data_file.pop("file_size_in_bytes")
+    data_file.pop("column_sizes", None)
+    if location.endswith(".parquet"):
+        rows = pq.read_table(_local(location))
+        data_file["positions"] = list(zip(_relative(rows.column("file_path").to_pylist(), root),
+                                          rows.column("pos").to_pylist(), strict=True))
+    return data_file
+
+
+def _avro(location: str) -> list[dict[str, Any]]:
+    with open(_local(location), "rb") as handle:
+        return list(fastavro.reader(handle))
+
+
+def written_manifests(metadata_location: str, root: Path) -> list[dict[str, Any]]:
+    """The current snapshot's manifests in manifest-list order, each its list row (location left out: the names
+    are fresh per attempt) and its entries in file order, locations relative to ``root``."""
+    metadata = json.loads(Path(_local(metadata_location)).read_text())
+    current = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
+    manifests = []
+    for row in _avro(current["manifest-list"]):
+        entries = _avro(row.pop("manifest_path"))
+        row.pop("manifest_length")  # the delete files' names (and so the manifests) differ in length
+        for entry in entries:
+            if entry["data_file"]["content"] != 0:
+                entry["data_file"] = _delete_file(entry["data_file"], str(root))
+        manifests.append({"list_row": row, "entries": _relative(entries, str(root))})
+    return manifests
+
+
+def assert_same_manifests(in_process: list[dict[str, Any]], by_spark: list[dict[str, Any]]) -> None:
+    assert [len(m["entries"]) for m in by_spark] == [len(m["entries"]) for m in in_process], "grouping differs"
+    for i, (mine, theirs) in enumerate(zip(in_process, by_spark, strict=True)):
+        assert theirs["list_row"] == mine["list_row"], f"manifest {i}"
+        for j, (entry, other) in enumerate(zip(mine["entries"], theirs["entries"], strict=True)):
+            assert other == entry, f"manifest {i} entry {j}"
+
+
+def delta_on_spark_rows(spark: Any, path: Path) -> list[str]:
+    # Delta on Spark reads log compactions by default; the fixture's are not reconciled (see test_delta_parity.py).
+    spark.conf.set("spark.databricks.delta.deltaLog.minorCompaction.useForReads", "false")
+    try:
+        return _canonical(spark.read.format("delta").load(str(path)).collect())
+    finally:
+        spark.conf.unset("spark.databricks.delta.deltaLog.minorCompaction.useForReads")
+
+
+def _canonical(rows: list[Any]) -> list[str]:
+    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str) for r in rows)
+
+
+# -- every fixture, both engines in this process ------------------------------------------------------------------
+
+
+@pytest.mark.fixture_tables(exclude=(BIG_FIXTURE,))
+def test_every_fixture_table_gets_the_same_manifests(spark: Any, fixture_table: str, tmp_path: Path,
+                                                     copy_fixture: Callable[[str], Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 3)  # several groups for most fixtures
+    local = copy_fixture(fixture_table)
+    with_spark = tmp_path / "with-spark" / fixture_table
+    shutil.copytree(local, with_spark)
+    try:
+        in_process = convert(str(local))
+    except DeltabergError as refused:
+        with pytest.raises(type(refused)):
+            convert(str(with_spark), manifest_writer=SparkManifestWriter(spark))
+        return
+
+    # Several groups per task: a task costs the shared session about 0.3 s.
+    by_spark = convert(str(with_spark), manifest_writer=SparkManifestWriter(spark, groups_per_task=8))
+
+    expected = written_manifests(in_process.metadata_location, local)
+    assert_same_manifests(expected, written_manifests(by_spark.metadata_location, with_spark))
+    assert sum(len(m["entries"]) for m in expected if m["list_row"]["content"] == 0) == in_process.files_added
+    if in_process.files_added > 3:
+        assert sum(m["list_row"]["content"] == 0 for m in expected) > 1
+
+
+# -- Iceberg Java reads what Spark wrote ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["table-with-dv-small", "basic_partitioned", "partition_cm/name",
+                                  "v2-checkpoints-parquet-with-sidecars"])
+def test_iceberg_java_reads_the_spark_written_table(iceberg_spark: Any, copy_fixture: Callable[[str], Path],
+                                                    monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 2)
+    path = copy_fixture(name)
+
+    result = convert(str(path), manifest_writer=SparkManifestWriter(iceberg_spark), format_version=2)
+
+    iceberg = iceberg_spark.read.format("iceberg").load(result.metadata_location).collect()
+    assert _canonical(iceberg) == delta_on_spark_rows(iceberg_spark, path)
+
+
+# -- the spark-submit application -----------------------------------------------------------------------------------
+
+
+def synthetic_table(root: Path, files: int = 100_000, buckets: int = 12) -> Path:
+    """A Delta table of ``files`` adds (no data files: each add's stats give its numRecords) partitioned by an int
+    ``bucket`` (10 sorts before 2 as a string), listed by a checkpoint whose adds carry their stats only as a
+    ``stats_parsed`` struct naming the null counts ``nullCounts``."""
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "name", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "bucket", "type": "integer", "nullable": True, "metadata": {}},
+    ]}
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    metadata = {"id": "00000000-0000-0000-0000-000000000100", "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema), "partitionColumns": ["bucket"], "configuration": {},
+                "createdTime": 1_700_000_000_000}
+    (log / f"{0:020}.json").write_text(json.dumps({"protocol": protocol}) + "\n" + json.dumps({"metaData": metadata})
+                                       + "\n")
+    (log / f"{1:020}.json").write_text(json.dumps({"commitInfo": {"timestamp": 1_700_000_100_000}}) + "\n")
+    ids = np.arange(files, dtype=np.int64)
+    bucket = (ids * 7919 % buckets).astype(str)
+    values = pa.struct([("id", pa.int64()), ("name", pa.string())])
+    stats = pa.StructArray.from_arrays([
+        pa.array(ids % 50 + 1),
+        pa.StructArray.from_arrays([pa.array(ids * 100), pa.array(np.char.add("a", ids.astype(str)))],
+                                   fields=list(values)),
+        pa.StructArray.from_arrays([pa.array(ids * 100 + 99), pa.array(np.char.add("z", ids.astype(str)))],
+                                   fields=list(values)),
+        pa.StructArray.from_arrays([pa.array(ids % 3), pa.array(ids % 5)], fields=list(pa.struct(
+            [("id", pa.int64()), ("name", pa.int64())]))),
+    ], names=["numRecords", "minValues", "maxValues", "nullCounts"])
+    paths = np.char.add(np.char.add(np.char.add("bucket=", bucket), "/part-"), ids.astype(str))
+    adds = pa.StructArray.from_arrays([
+        pa.array(np.char.add(paths, ".parquet")),
+        pa.array([[("bucket", b)] for b in bucket.tolist()], pa.map_(pa.string(), pa.string())),
+        pa.array(ids % 1000 + 1000),
+        pa.array(np.full(files, 1_700_000_000_000)),
+        pa.array(np.full(files, True)),
+        pa.nulls(files, pa.string()),
+        stats,
+    ], names=["path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "stats_parsed"])
+    n = files + 2
+    string_map = pa.map_(pa.string(), pa.string())
+    protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
+    metadata_type = pa.struct([("id", pa.string()), ("format", pa.struct([("provider", pa.string()),
+                                                                         ("options", string_map)])),
+                               ("schemaString", pa.string()), ("partitionColumns", pa.list_(pa.string())),
+                               ("configuration", string_map), ("createdTime", pa.int64())])
+    checkpoint = pa.table({
+        "protocol": pa.concat_arrays([pa.array([protocol], protocol_type), pa.nulls(files + 1, protocol_type)]),
+        "metaData": pa.concat_arrays([pa.nulls(1, metadata_type),
+                                      pa.array([{**metadata, "format": {"provider": "parquet", "options": []},
+                                                 "configuration": []}], metadata_type),
+                                      pa.nulls(files, metadata_type)]),
+        "add": pa.concat_arrays([pa.nulls(2, adds.type), adds]),
+    })
+    assert checkpoint.num_rows == n
+    pq.write_table(checkpoint, log / f"{1:020}.checkpoint.parquet")
+    (log / "_last_checkpoint").write_text(json.dumps({"version": 1, "size": n}))
+    return root
+
+
+def spark_submit(table: Path, tmp_path: Path) -> dict[str, Any]:
+    """Run the application file through the pyspark install's spark-submit on local[2]; its result document."""
+    import pyspark
+
+    result_file = tmp_path / f"{table.name}-result.json"
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("SPARK_HOME", None)  # the pyspark install's own
+    completed = subprocess.run(
+        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+         APP, "--table", str(table), "--result-file", str(result_file)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return json.loads(result_file.read_text())
+
+
+@pytest.mark.parametrize("name", ["table-with-dv-small", "synthetic-100k-nullCounts"])
+def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[str], Path], tmp_path: Path,
+                                                      name: str) -> None:
+    if name.startswith("synthetic"):
+        local = synthetic_table(tmp_path / "local" / name)
+    else:
+        local = copy_fixture(name)
+    with_spark = tmp_path / "with-spark" / name
+    shutil.copytree(local, with_spark)
+
+    in_process = convert(str(local))
+    document = spark_submit(with_spark, tmp_path)
+
+    assert (document["mode"], document["files_added"]) == ("full", in_process.files_added)
+    expected = written_manifests(in_process.metadata_location, local)
+    assert_same_manifests(expected, written_manifests(document["metadata_location"], with_spark))
+    if name.startswith("synthetic"):
+        assert [len(m["entries"]) for m in expected] == [25_000] * 4
+        null_counts = expected[0]["entries"][0]["data_file"]["null_value_counts"]
+        assert null_counts and all(c["value"] is not None for c in null_counts)
+    # Nothing of the attempt is left next to the metadata but what the metadata names.
+    staged = [p.name for p in (with_spark / "_iceberg" / "metadata").iterdir() if "staging" in p.name]
+    assert staged == []
