@@ -1,6 +1,6 @@
 """Reading actions from commit files and checkpoints, columnar.
 
-File actions (add/remove) become one Arrow table with a fixed schema (FILE_ACTIONS_SCHEMA); the few other
+File actions (add/remove) become one Arrow table with a fixed schema (FILE_CHANGES_SCHEMA); the few other
 actions (protocol, metaData, txn, domainMetadata, commitInfo, ...) are parsed as Python dicts.
 """
 
@@ -20,43 +20,18 @@ import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
 from airflow_deltaberg.core.delta.checkpoint_schema import checkpoint_type_problem
+from airflow_deltaberg.core.delta.file_tables import (
+    ACTION_COLUMNS,
+    DV_TYPE,
+    FILE_CHANGES_SCHEMA,
+    STRING_MAP,
+    empty_file_changes,
+)
 from airflow_deltaberg.core.delta.stats import conform
 from airflow_deltaberg.core.delta.utf8 import arrow_utf8_problem, ndjson_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError, StatsParseError
 from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage
-
-DV_TYPE = pa.struct(
-    [
-        ("storageType", pa.string()),
-        ("pathOrInlineDv", pa.string()),
-        ("offset", pa.int32()),
-        ("sizeInBytes", pa.int32()),
-        ("cardinality", pa.int64()),
-    ]
-)
-STRING_MAP = pa.map_(pa.string(), pa.string())
-
-# One row per add or remove action, in log order. ``version`` is the commit (or checkpoint) version.
-FILE_ACTIONS_SCHEMA = pa.schema(
-    [
-        ("version", pa.int64()),
-        ("is_add", pa.bool_()),
-        ("path", pa.string()),
-        ("partitionValues", STRING_MAP),
-        ("size", pa.int64()),
-        ("modificationTime", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("stats", pa.string()),
-        ("tags", STRING_MAP),
-        ("deletionVector", DV_TYPE),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-        ("clusteringProvider", pa.string()),
-        ("deletionTimestamp", pa.int64()),
-    ]
-)
-_ACTION_COLUMNS = [f.name for f in FILE_ACTIONS_SCHEMA][2:]
 
 # What pyarrow is told about add/remove lines when every field is typed (the strict parse); partitionValues
 # and tags have free keys, so they are inferred (as structs) and turned into maps afterwards.
@@ -159,11 +134,6 @@ class ActionBatch:
     file_actions: pa.Table
     # (version, action name, action body) for every non-file action, in log order.
     other_actions: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
-
-
-def _empty_file_actions() -> pa.Table:
-    # Schema.empty_table() goes through pandas; build the zero-length columns directly.
-    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in FILE_ACTIONS_SCHEMA], schema=FILE_ACTIONS_SCHEMA)
 
 
 _ADD = b'{"add"'
@@ -292,7 +262,7 @@ def read_json_actions(
             tables.append(_parse_file_lines(storage, table, files, group, partition_columns))
             group, group_bytes = [], 0
     if not tables:
-        return ActionBatch(_empty_file_actions(), other)
+        return ActionBatch(empty_file_changes(), other)
     return ActionBatch(pa.concat_tables(tables) if len(tables) > 1 else tables[0], other)
 
 
@@ -364,7 +334,7 @@ _DV_REQUIRED = ("storageType", "pathOrInlineDv", "sizeInBytes", "cardinality")
 
 
 def missing_required_field(files: pa.Table) -> tuple[int, str] | None:
-    """The first row of a FILE_ACTIONS_SCHEMA table whose action lacks a field the protocol requires (an
+    """The first row of a FILE_CHANGES_SCHEMA table whose action lacks a field the protocol requires (an
     add: path, size, partitionValues; a remove: path; a deletion vector: all but offset), with that field's
     name; None when none does. Costs nothing when no value is null (the null counts are known)."""
     is_add = files.column("is_add")
@@ -450,9 +420,9 @@ def _fits(found: pa.DataType, target: pa.DataType) -> bool:
 def _inferred_fields_fit(parsed: pa.Table) -> bool:
     for kind in parsed.column_names:
         for f in parsed.schema.field(kind).type:
-            if f.name in _COMMON_FIELDS or f.name in _MAP_FIELDS or f.name not in _ACTION_COLUMNS:
+            if f.name in _COMMON_FIELDS or f.name in _MAP_FIELDS or f.name not in ACTION_COLUMNS:
                 continue  # typed, converted to maps, or not kept
-            if not _fits(f.type, FILE_ACTIONS_SCHEMA.field(f.name).type):
+            if not _fits(f.type, FILE_CHANGES_SCHEMA.field(f.name).type):
                 return False
     return True
 
@@ -643,16 +613,16 @@ def _json_rows_to_file_actions(parsed: pa.Table, version_col: pa.Array) -> pa.Ta
     is_add = add.is_valid()
     is_add_np = to_numpy(is_add)
     columns: dict[str, pa.Array] = {"version": version_col, "is_add": is_add}
-    for name in _ACTION_COLUMNS:
+    for name in ACTION_COLUMNS:
         if name in _MAP_FIELDS:
             a = _struct_to_map(_field_or_none(add, name), n, keep_nulls=name == "partitionValues")
             r = _struct_to_map(_field_or_none(remove, name), n, keep_nulls=name == "partitionValues")
         else:
-            typ = FILE_ACTIONS_SCHEMA.field(name).type
+            typ = FILE_CHANGES_SCHEMA.field(name).type
             a = _as_type(_field_or_none(add, name), typ, n)
             r = _as_type(_field_or_none(remove, name), typ, n)
         columns[name] = _choose(is_add_np, a, r)
-    return pa.table(columns, schema=FILE_ACTIONS_SCHEMA)
+    return pa.table(columns, schema=FILE_CHANGES_SCHEMA)
 
 
 def _as_type(arr: pa.Array | None, typ: pa.DataType, n: int) -> pa.Array:
@@ -714,10 +684,10 @@ def _groups_holding(pf: pq.ParquetFile, kind: str) -> list[int]:
 
 
 def _projection(pf: pq.ParquetFile, with_stats: bool, kinds: Sequence[str] = _FILE_KINDS) -> list[str]:
-    """The add/remove fields kept in FILE_ACTIONS_SCHEMA (e.g. not partitionValues_parsed). Stats only if
+    """The add/remove fields kept in FILE_CHANGES_SCHEMA (e.g. not partitionValues_parsed). Stats only if
     asked: they are the bulk of a checkpoint (often >90% of its bytes), read on demand by
     iter_checkpoint_stats."""
-    wanted = set(_ACTION_COLUMNS) | {"stats_parsed"} if with_stats else set(_ACTION_COLUMNS) - {"stats"}
+    wanted = set(ACTION_COLUMNS) | {"stats_parsed"} if with_stats else set(ACTION_COLUMNS) - {"stats"}
     columns = []
     for kind in kinds:
         if kind not in pf.schema_arrow.names:
@@ -979,7 +949,7 @@ def _batch_file_actions(batch: pa.RecordBatch | pa.Table, version: int) -> list[
 
 def _concat_file_actions(pieces: list[pa.Table]) -> pa.Table:
     if not pieces:
-        return _empty_file_actions()
+        return empty_file_changes()
     with_stats = [p for p in pieces if "stats_parsed" in p.column_names]
     if with_stats and len(with_stats) != len(pieces):
         typ = with_stats[0].schema.field("stats_parsed").type
@@ -1028,8 +998,8 @@ def _checkpoint_struct_to_file_actions(col: pa.StructArray, version: int, is_add
         "version": from_numpy(np.full(n, version, dtype=np.int64)),
         "is_add": from_numpy(np.full(n, is_add)),
     }
-    for name in _ACTION_COLUMNS:
-        typ = FILE_ACTIONS_SCHEMA.field(name).type
+    for name in ACTION_COLUMNS:
+        typ = FILE_CHANGES_SCHEMA.field(name).type
         child = _field_or_none(col, name)
         if child is None:
             columns[name] = pa.nulls(n, typ)
@@ -1037,7 +1007,7 @@ def _checkpoint_struct_to_file_actions(col: pa.StructArray, version: int, is_add
         if name == "deletionVector":
             child = _normalize_dv(child)
         columns[name] = child if child.type == typ else child.cast(typ)
-    table = pa.table(columns, schema=FILE_ACTIONS_SCHEMA)
+    table = pa.table(columns, schema=FILE_CHANGES_SCHEMA)
     parsed = _field_or_none(col, "stats_parsed")
     if parsed is not None:
         table = table.append_column("stats_parsed", parsed)

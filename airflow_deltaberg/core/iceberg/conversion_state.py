@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
+from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.iceberg.manifest import FieldSummary, ManifestFileInfo, write_manifest
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
@@ -59,7 +60,7 @@ class ManifestRecord:
 @dataclass(frozen=True)
 class ConversionState:
     delta_version: int
-    delta_metadata: dict[str, Any]
+    delta_metadata: Metadata  # the Delta metaData in force at delta_version
     manifests: tuple[ManifestRecord, ...]
 
 
@@ -106,7 +107,7 @@ def _info_from_json(data: dict[str, Any]) -> ManifestFileInfo:
 def write_state(storage: Storage, manifest_list_key: str, state: ConversionState) -> None:
     payload = {
         "delta_version": state.delta_version,
-        "delta_metadata": state.delta_metadata,
+        "delta_metadata": state.delta_metadata.to_action(),
         "manifests": [m.to_json() for m in state.manifests],
     }
     storage.write_if_absent(state_key(manifest_list_key), json.dumps(payload).encode())
@@ -123,7 +124,7 @@ def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
         return None
     return ConversionState(
         data["delta_version"],
-        data["delta_metadata"],
+        Metadata.from_action(data["delta_metadata"]),
         tuple(ManifestRecord.from_json(m) for m in data["manifests"]),
     )
 

@@ -164,7 +164,7 @@ def plan_snapshot(table: DeltaTable, tip: _Tip, metadata: Metadata, delta_versio
         storage_options=dict(storage_options) if storage_options else None,
         delta_version=delta_version,
         timestamp_ms=timestamp_ms,
-        delta_metadata=metadata.to_action(),
+        metadata=metadata,
         converted=converted,
         spec=spec,
         snapshot_id=new_snapshot_id(prev, metadata.id, delta_version),
@@ -191,7 +191,7 @@ def _commit_snapshot(storage: Storage, tip: _Tip, plan: SnapshotPlan, manifests:
         infos, next_id = assign_first_row_ids([m.info for m in manifests], first_row_id)
         manifests = [replace(m, info=info) for m, info in zip(manifests, infos, strict=True)]
         lineage = RowLineage(first_row_id, next_id)
-    state = ConversionState(plan.delta_version, dict(plan.delta_metadata), tuple(manifests))
+    state = ConversionState(plan.delta_version, plan.metadata, tuple(manifests))
     list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{plan.attempt}.avro"
     write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)
@@ -233,7 +233,7 @@ def _converted_mapping_mode(tip: _Tip) -> str | None:
         return None
     mode = tip.published.metadata.properties.get(DELTA_COLUMN_MAPPING_MODE)
     if mode is None and tip.state is not None:
-        mode = Metadata.from_action(tip.state.delta_metadata).column_mapping_mode
+        mode = tip.state.delta_metadata.column_mapping_mode
     return mode
 
 
@@ -483,7 +483,7 @@ def convert_incremental(table: DeltaTable, tip: _Tip, target_version: int,
     except VersionNotFoundError as exc:
         raise _FallBackToFull(f"the commits after version {start - 1} are gone ({exc})") from exc
     actions = commit_range.actions
-    metadata = Metadata.from_action(tip.state.delta_metadata)
+    metadata = tip.state.delta_metadata
     if verify_stats:
         verify_commit_stats(table.storage, table.location, actions, metadata, start, target_version)
     try:

@@ -19,7 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 
+from airflow_deltaberg.core.delta.file_tables import MANIFEST_INPUT_COLUMNS
 from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.partition_codec import partition_strings
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import parse_stats
 from airflow_deltaberg.core.errors import StatsParseError
@@ -46,7 +48,7 @@ class SnapshotPlan:
     storage_options: Mapping[str, Any] | None
     delta_version: int
     timestamp_ms: int
-    delta_metadata: Mapping[str, Any]  # the Delta metaData action in force at delta_version
+    metadata: Metadata  # the Delta metaData in force at delta_version
     converted: ConvertedSchema
     spec: PartitionSpec
     snapshot_id: int
@@ -55,10 +57,6 @@ class SnapshotPlan:
     # Every file this attempt at the snapshot writes under a fresh name holds this id, so that a failed attempt's
     # files can be found and deleted (two runs racing for the same snapshot have different ids).
     attempt: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def metadata(self) -> Metadata:
-        return Metadata.from_action(dict(self.delta_metadata))
 
     def open_storage(self) -> Storage:
         return open_storage(self.table, self.storage_options)
@@ -115,13 +113,9 @@ def _entries_in_order(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> 
     return FileEntries(data, deletes)
 
 
-# version (of the add, when the caller has it) only names an add in errors.
-_ENTRY_INPUTS = ("path", "partitionValues", "size", "stats", "stats_parsed", "deletionVector", "version")
-
-
 def _entry_inputs(files: pa.Table) -> pa.Table:
     # The JSON stats are only needed where no parsed ones are there.
-    wanted = [c for c in _ENTRY_INPUTS if c in files.column_names]
+    wanted = [c for c in MANIFEST_INPUT_COLUMNS if c in files.column_names]
     if "stats_parsed" in wanted and "stats" in wanted:
         wanted.remove("stats")
     return files.select(wanted)
@@ -133,13 +127,12 @@ def pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
     and a narrow path range (removals rewrite few). Partition values sort as their Delta strings, which groups
     equal values, all a manifest's summary needs."""
     metadata, spec = plan.metadata, plan.spec
-    physical = {f.name: f.physical_name for f in metadata.schema.fields} \
-        if metadata.column_mapping_mode in ("name", "id") else {}
+    physical = dict(zip(metadata.partition_columns, metadata.physical_partition_columns, strict=True))
     keys: dict[str, pa.Array] = {}
     if spec.fields and files.num_rows:
         values = files.column("partitionValues").combine_chunks()
         for i, pf in enumerate(spec.fields):
-            keys[f"k{i}"] = pc.map_lookup(values, physical.get(pf.name, pf.name), "first")
+            keys[f"k{i}"] = partition_strings(values, physical[pf.name])
     keys["path"] = files.column("path")
     return pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending", "at_start") for k in keys])
 
@@ -175,7 +168,7 @@ class ManifestGroups:
     """The files of a snapshot in pruning order, cut into groups of ``rows_per_manifest`` consecutive files: group
     ``i`` is the ``i``-th data manifest. Each group is taken from ``files`` only when asked for."""
 
-    files: pa.Table  # FILE_ENTRY_INPUTS columns, one chunk
+    files: pa.Table  # MANIFEST_INPUT_COLUMNS, one chunk
     order: pa.Array  # row indices of files, in pruning order
     rows_per_manifest: int
 
