@@ -16,14 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
-from airflow_deltaberg.core.delta.actions import (
-    ActionBatch,
-    check_one_protocol_and_metadata,
-    iter_checkpoint_stats,
-    partition_columns_of,
-    read_json_actions,
-    read_parquet_checkpoint_part,
-)
+from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata, partition_columns_of
+from airflow_deltaberg.core.delta.checkpoint_actions import iter_checkpoint_stats, read_parquet_checkpoint_part
+from airflow_deltaberg.core.delta.commit_actions import read_json_actions
 from airflow_deltaberg.core.delta.file_tables import logical_keys
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
