@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
+from engine_manifests import assert_same_manifests, written_manifests
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
 
@@ -102,6 +103,9 @@ def scanned(table: Any) -> list[str]:
 
 def iceberg_rows(metadata_location: str) -> list[str]:
     return scanned(StaticTable.from_metadata(metadata_location))
+
+
+DEFAULT_MANIFEST_ROWS = file_manifests.MANIFEST_ROWS
 
 
 @pytest.fixture(autouse=True)
@@ -258,12 +262,15 @@ def test_application_failure_writes_a_typed_error(tmp_path: Path, capsys: pytest
     assert "NotADeltaTableError" in capsys.readouterr().err
 
 
-def test_spark_submit_runs_the_application(tmp_path: Path) -> None:
+def test_spark_submit_runs_the_application(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The application file through the pyspark install's spark-submit (its own JVM): full conversion, catalog
-    registration with the properties read from a file, the result on stdout and in the result file."""
+    registration with the properties read from a file, the result on stdout and in the result file, and the
+    manifests of the in-process conversion entry by entry."""
     import pyspark
 
     path = partitioned_table(tmp_path / "events")
+    local = tmp_path / "in-process" / "events"
+    shutil.copytree(path, local)
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
     settings = tmp_path / "catalog.json"
     settings.write_text(json.dumps(catalog))
@@ -292,3 +299,8 @@ def test_spark_submit_runs_the_application(tmp_path: Path) -> None:
     registered = load_catalog("deltaberg", **catalog).load_table("db.events")
     assert registered.metadata_location == document["metadata_location"]
     assert scanned(registered) == deltalake_rows(path)
+    # The executors wrote the manifests this process writes, entry by entry (default grouping in both).
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", DEFAULT_MANIFEST_ROWS)  # the application's, not 8
+    in_process = convert(str(local))
+    assert_same_manifests(written_manifests(in_process.metadata_location, local),
+                          written_manifests(document["metadata_location"], path))

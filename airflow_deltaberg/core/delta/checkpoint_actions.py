@@ -22,11 +22,7 @@ from airflow_deltaberg.core.delta.actions import (
     one_line,
 )
 from airflow_deltaberg.core.delta.checkpoint_schema import checkpoint_type_problem
-from airflow_deltaberg.core.delta.file_tables import (
-    ACTION_COLUMNS,
-    FILE_CHANGES_SCHEMA,
-    empty_file_changes,
-)
+from airflow_deltaberg.core.delta.file_tables import ACTION_COLUMNS, FILE_CHANGES_SCHEMA, empty_file_changes
 from airflow_deltaberg.core.delta.stats import STATS_STRUCT_ALIASES, conform_stats
 from airflow_deltaberg.core.delta.utf8 import arrow_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError, StatsParseError
