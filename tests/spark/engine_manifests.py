@@ -57,9 +57,12 @@ def written_manifests(metadata_location: str, root: Path) -> list[dict[str, Any]
         entries = _avro(row.pop("manifest_path"))
         row.pop("manifest_length")  # the delete files' names (and so the manifests) differ in length
         for entry in entries:
-            if entry["data_file"]["content"] != 0:
-                entry["data_file"] = _delete_file(entry["data_file"], str(root))
-        manifests.append({"list_row": row, "entries": _relative(entries, str(root))})
+            data_file = entry["data_file"]
+            if data_file["content"] == 0:  # only its location names the table (a walk of every value is slow)
+                data_file["file_path"] = _relative(data_file["file_path"], str(root))
+            else:
+                entry["data_file"] = _relative(_delete_file(data_file, str(root)), str(root))
+        manifests.append({"list_row": row, "entries": entries})
     return manifests
 
 
