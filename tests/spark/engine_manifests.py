@@ -1,14 +1,35 @@
-"""The manifests a conversion wrote, read back with fastavro and compared entry by entry (tests of the two
-manifest engines: tests/spark/test_engine_parity.py, test_regenerate.py)."""
+"""The two manifest engines under test (tests/spark/test_engine_parity.py, test_regenerate.py): the regenerate
+application run through spark-submit, and the manifests a conversion wrote, read back with fastavro and compared
+entry by entry."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import fastavro
 import pyarrow.parquet as pq
+
+APP = str(Path(__file__).resolve().parents[2] / "airflow_deltaberg" / "spark" / "regenerate.py")
+
+
+def spark_submit(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """The regenerate application file with ``arguments`` through the pyspark install's spark-submit (its own
+    JVM) on local[2]."""
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("SPARK_HOME", None)  # the pyspark install's own
+    return subprocess.run(
+        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", APP, *arguments],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
 
 
 def _local(location: str) -> str:

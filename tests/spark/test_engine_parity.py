@@ -17,10 +17,7 @@ Spark-written tables with Delta on Spark's rows.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from engine_manifests import assert_same_manifests, written_manifests
+from engine_manifests import assert_same_manifests, spark_submit, written_manifests
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg import file_manifests
@@ -38,7 +35,6 @@ from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
 
 pytestmark = pytest.mark.spark
 
-APP = str(Path(__file__).resolve().parents[2] / "airflow_deltaberg" / "spark" / "regenerate.py")
 #: A fixture table of 300k files (the synthetic table below covers the scale in less time).
 BIG_FIXTURE = "300k-add-files-100-col-partitioned"
 
@@ -164,24 +160,6 @@ def synthetic_table(root: Path, files: int = 100_000, buckets: int = 12) -> Path
     return root
 
 
-def spark_submit(table: Path, tmp_path: Path) -> dict[str, Any]:
-    """Run the application file through the pyspark install's spark-submit on local[2]; its result document."""
-    import pyspark
-
-    result_file = tmp_path / f"{table.name}-result.json"
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    env.pop("SPARK_HOME", None)  # the pyspark install's own
-    completed = subprocess.run(
-        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-         APP, "--table", str(table), "--result-file", str(result_file)],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return json.loads(result_file.read_text())
-
-
 @pytest.mark.parametrize("name", ["table-with-dv-small", "synthetic-100k-nullCounts"])
 def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[str], Path], tmp_path: Path,
                                                       name: str) -> None:
@@ -193,7 +171,10 @@ def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[st
     shutil.copytree(local, with_spark)
 
     in_process = convert(str(local))
-    document = spark_submit(with_spark, tmp_path)
+    result_file = tmp_path / "result.json"
+    completed = spark_submit("--table", str(with_spark), "--result-file", str(result_file))
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    document = json.loads(result_file.read_text())
 
     assert (document["mode"], document["files_added"]) == ("full", in_process.files_added)
     expected = written_manifests(in_process.metadata_location, local)

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
-from engine_manifests import assert_same_manifests, written_manifests
+from engine_manifests import assert_same_manifests, spark_submit, written_manifests
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
 
@@ -37,8 +34,6 @@ from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
 from airflow_deltaberg.spark.regenerate import main
 
 pytestmark = pytest.mark.spark
-
-APP = str(Path(__file__).resolve().parents[2] / "airflow_deltaberg" / "spark" / "regenerate.py")
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
@@ -266,8 +261,6 @@ def test_spark_submit_runs_the_application(tmp_path: Path, monkeypatch: pytest.M
     """The application file through the pyspark install's spark-submit (its own JVM): full conversion, catalog
     registration with the properties read from a file, the result on stdout and in the result file, and the
     manifests of the in-process conversion entry by entry."""
-    import pyspark
-
     path = partitioned_table(tmp_path / "events")
     local = tmp_path / "in-process" / "events"
     shutil.copytree(path, local)
@@ -275,17 +268,9 @@ def test_spark_submit_runs_the_application(tmp_path: Path, monkeypatch: pytest.M
     settings = tmp_path / "catalog.json"
     settings.write_text(json.dumps(catalog))
     result_file = tmp_path / "result.json"
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    env.pop("SPARK_HOME", None)  # the pyspark install's own
 
-    completed = subprocess.run(
-        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-         APP, "--table", str(path), "--identifier", "db.events", "--catalog-config-json", f"@{settings}",
-         "--result-file", str(result_file)],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
+    completed = spark_submit("--table", str(path), "--identifier", "db.events", "--catalog-config-json",
+                             f"@{settings}", "--result-file", str(result_file))
 
     assert completed.returncode == 0, completed.stderr[-4000:]
     document = json.loads(result_file.read_text())
