@@ -37,28 +37,16 @@ from airflow_deltaberg.core.delta.utf8 import ndjson_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
-# What pyarrow is told about add/remove lines when every field is typed (the strict parse); partitionValues
-# and tags have free keys, so they are inferred (as structs) and turned into maps afterwards.
-_JSON_FILE_ACTION = pa.struct(
-    [
-        ("path", pa.string()),
-        ("size", pa.int64()),
-        ("modificationTime", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("stats", pa.string()),
-        ("deletionVector", DV_TYPE),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-        ("clusteringProvider", pa.string()),
-        ("deletionTimestamp", pa.int64()),
-    ]
-)
+_MAP_FIELDS = ("partitionValues", "tags")
+# What pyarrow is told about add/remove lines when every field is typed (the strict parse): the file change
+# columns; partitionValues and tags have free keys, so they are inferred (as structs) and turned into maps
+# afterwards.
+_JSON_FILE_ACTION = pa.struct([FILE_CHANGES_SCHEMA.field(name) for name in ACTION_COLUMNS if name not in _MAP_FIELDS])
 _JSON_LINE_SCHEMA = pa.schema([("add", _JSON_FILE_ACTION), ("remove", _JSON_FILE_ACTION)])
 # The fields that (nearly) every add line has: the fast parse types only these and infers the others.
 # Naming absent optional fields (deletion vector, row tracking, ...) in the schema makes the reader null-fill
 # each of them row by row, which doubled the parse time of a 300k-add commit without stats.
 _COMMON_FIELDS = ("path", "size", "modificationTime", "dataChange", "stats")
-_MAP_FIELDS = ("partitionValues", "tags")
 _TAGS = b'"tags"'  # a key (in stats strings quotes are escaped); may be followed by blanks
 _MIN_BLOCK_SIZE = 1 << 20  # small blocks keep both reader threads busy on one big commit
 _GROUP_BYTES = 8 << 20  # small commits are parsed together up to about this size
