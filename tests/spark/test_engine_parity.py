@@ -186,3 +186,26 @@ def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[st
     # Nothing of the attempt is left next to the metadata but what the metadata names.
     staged = [p.name for p in (with_spark / "_iceberg" / "metadata").iterdir() if "staging" in p.name]
     assert staged == []
+
+
+# -- a failed Spark job ---------------------------------------------------------------------------------------------
+
+
+class _FailingSpark:
+    """A session whose job fails once the driver has staged the groups."""
+
+    class sparkContext:  # noqa: N801 - SparkSession's attribute name
+        @staticmethod
+        def parallelize(*_: Any) -> Any:
+            raise RuntimeError("executor lost")
+
+
+def test_a_failed_spark_job_leaves_nothing_under_iceberg(copy_fixture: Callable[[str], Path]) -> None:
+    """The staging file and the manifests of the attempt go with it; no Spark JVM needed."""
+    path = copy_fixture("table-with-dv-small")
+
+    with pytest.raises(RuntimeError, match="executor lost"):
+        convert(str(path), manifest_writer=SparkManifestWriter(_FailingSpark()))
+
+    left = [p.name for p in (path / "_iceberg").rglob("*") if p.is_file()] if (path / "_iceberg").exists() else []
+    assert left == []
