@@ -1,9 +1,13 @@
 """The manifests of one Iceberg snapshot's new files: data manifests, and position-delete files with their
 delete manifests for files that carry Delta deletion vectors.
 
-``SnapshotPlan`` holds the fixed facts of the snapshot being written and is picklable, so that Spark
-executors can write the manifests of their share of the files (``write_file_manifests`` on each slice) while
-the driver writes the manifest list and metadata.
+``SnapshotPlan`` holds the fixed facts of the snapshot being written and is picklable. A full conversion's
+manifests are planned here once for every engine: the live files in ``pruning_order``, cut into ``ManifestGroups``
+of ``MANIFEST_ROWS`` files, one data manifest each; ``write_group`` writes one group (its data manifest, and the
+delete files and delete entries of its deletion vectors). A ``ManifestEngine`` maps ``write_group`` over the
+groups: ``in_process`` (two at a time in this process) or the Spark engine (``airflow_deltaberg.spark.
+manifest_engine``, one group per task); ``write_file_manifests`` then writes the delete manifests of the groups'
+delete entries, in group order. Both engines give the same entries in the same manifests by construction.
 """
 
 from __future__ import annotations
