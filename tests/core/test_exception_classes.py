@@ -12,14 +12,6 @@ import airflow_deltaberg
 PACKAGE = Path(airflow_deltaberg.__file__).parent
 ERRORS_MODULE = "airflow_deltaberg.core.errors"
 
-#: Private control-flow exceptions another branch of issue 12 moves into core/errors.py. Empty this list when
-#: that branch is merged (the last test below says so).
-EXPECTED_TO_MOVE = frozenset({
-    "airflow_deltaberg.core.delta.actions._StringsNotUtf8",
-    "airflow_deltaberg.core.iceberg.convert._FallBackToFull",
-})
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -70,12 +62,6 @@ def test_the_walk_finds_the_core_errors() -> None:
 
 
 def test_every_exception_class_lives_in_core_errors() -> None:
-    outside = sorted(name for name, module in exception_classes().items()
-                     if module != ERRORS_MODULE and name not in EXPECTED_TO_MOVE)
+    outside = sorted(name for name, module in exception_classes().items() if module != ERRORS_MODULE)
     assert outside == [], f"exception classes defined outside core/errors.py: {', '.join(outside)}"
 
-
-def test_the_expected_to_move_list_is_not_stale() -> None:
-    still_there = {name for name, module in exception_classes().items() if module != ERRORS_MODULE}
-    stale = sorted(EXPECTED_TO_MOVE - still_there)
-    assert stale == [], f"moved into core/errors.py: remove {', '.join(stale)} from EXPECTED_TO_MOVE"

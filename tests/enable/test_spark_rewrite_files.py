@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_deltaberg.core.delta import DeltaTable
+from airflow_deltaberg.core.delta.partition_codec import serialize_partition_value
 from airflow_deltaberg.core.delta.schema import PrimitiveType, parse_schema
 from airflow_deltaberg.core.enable.rewrite.actions import add_action, remove_actions
 from airflow_deltaberg.core.enable.rewrite.files import (
@@ -23,7 +24,6 @@ from airflow_deltaberg.core.enable.rewrite.files import (
     written_file_from_row,
     written_files_batch,
 )
-from airflow_deltaberg.core.enable.rewrite.partitions import serialize_partition_value
 from airflow_deltaberg.core.enable.rewrite.stats import FileStats
 from airflow_deltaberg.core.enable.rewrite.writer import write_files
 

@@ -26,7 +26,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable, Table
 
 from airflow_deltaberg.core.errors import CatalogError, ConcurrentConversionError
-from airflow_deltaberg.core.iceberg import convert as convert_module
+from airflow_deltaberg.core.iceberg import convert_commit
 from airflow_deltaberg.core.iceberg.catalog import COMMIT_MODE_PROPERTY, commit_mode, open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 
@@ -239,7 +239,7 @@ def test_the_catalog_deletes_its_metadata_files_beyond_the_kept_versions(
         catalog_config: dict[str, str], identifier: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The catalog writes a metadata file per commit; those that fall out of its metadata log (the table's
     write.metadata.previous-versions-max) are deleted, and the catalog still reads every kept snapshot."""
-    monkeypatch.setattr(convert_module, "METADATA_VERSIONS_KEPT", 2)
+    monkeypatch.setattr(convert_commit, "METADATA_VERSIONS_KEPT", 2)
     path = make_table(tmp_path)
     run(path, catalog_config, identifier)
     for start in range(10, 60, 10):

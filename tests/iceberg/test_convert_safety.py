@@ -24,6 +24,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
+import airflow_deltaberg.core.iceberg.convert_commit as commit_module
 from airflow_deltaberg.core.errors import (
     ConcurrentConversionError,
     CorruptLogError,
@@ -295,17 +296,17 @@ def _crash(*_args: Any, **_kwargs: Any) -> None:
 def install_crash(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
     """Make the conversion die at ``point``, the steps in write order (see convert.py's docstring)."""
     if point == "after-manifests":  # manifests and their entry copies written, the conversion state not
-        monkeypatch.setattr(convert_module, "write_state", _crash)
+        monkeypatch.setattr(commit_module, "write_state", _crash)
     elif point == "after-state":  # the conversion state written, the manifest list not
-        monkeypatch.setattr(convert_module, "write_manifest_list", _crash)
+        monkeypatch.setattr(commit_module, "write_manifest_list", _crash)
     elif point == "after-manifest-list":
-        original = convert_module.write_manifest_list
+        original = commit_module.write_manifest_list
 
         def write_then_crash(*args: Any, **kwargs: Any) -> Any:
             original(*args, **kwargs)
             raise InjectedCrash
 
-        monkeypatch.setattr(convert_module, "write_manifest_list", write_then_crash)
+        monkeypatch.setattr(commit_module, "write_manifest_list", write_then_crash)
     elif point == "after-metadata-json":  # v<N>.metadata.json written, the hint not moved
         original_replace = LocalStorage.replace
 
@@ -381,7 +382,7 @@ def install_publish_barrier(monkeypatch: pytest.MonkeyPatch) -> threading.Barrie
     """Both converters stop right before their first publish, so both built on the same previous state
     (an incremental run publishes once per commit; only the first publish of each thread waits)."""
     barrier = threading.Barrier(2, timeout=30)
-    original = convert_module.publish_metadata
+    original = commit_module.publish_metadata
     waited = threading.local()
 
     def publish(*args: Any, **kwargs: Any) -> Any:
@@ -390,7 +391,7 @@ def install_publish_barrier(monkeypatch: pytest.MonkeyPatch) -> threading.Barrie
             barrier.wait()
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(convert_module, "publish_metadata", publish)
+    monkeypatch.setattr(commit_module, "publish_metadata", publish)
     return barrier
 
 

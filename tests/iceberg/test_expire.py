@@ -10,7 +10,7 @@ import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 
-from airflow_deltaberg.core.iceberg import convert as convert_module
+from airflow_deltaberg.core.iceberg import convert_commit
 from airflow_deltaberg.core.iceberg.convert import convert
 
 
@@ -99,7 +99,7 @@ def test_metadata_files_beyond_the_kept_versions_are_deleted(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Each conversion keeps write.metadata.previous-versions-max earlier metadata files (named in the metadata
     log) and deletes older ones of its own; every snapshot still reads what Delta reads at its version."""
-    monkeypatch.setattr(convert_module, "METADATA_VERSIONS_KEPT", 2)
+    monkeypatch.setattr(convert_commit, "METADATA_VERSIONS_KEPT", 2)
     path = tmp_path / "kept"
     versions = _history(path)
     write_deltalake(str(path), _rows(50, 2), mode="append", partition_by=["p"])

@@ -35,8 +35,8 @@ from airflow_deltaberg.core.delta.deletion_vectors import (
     read_deletion_vector,
     read_deletion_vectors,
     relative_dv_key,
-    unique_id,
 )
+from airflow_deltaberg.core.delta.file_tables import dv_unique_id
 from airflow_deltaberg.core.delta.roaring import NATIVE_MAGIC, PORTABLE_MAGIC, decode_roaring_bitmap_array
 from airflow_deltaberg.core.delta.z85 import z85_decode, z85_encode, z85_uuid
 from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
@@ -133,8 +133,8 @@ def test_uuid_and_relative_path_of_the_protocol_example() -> None:
                   "cardinality": 6}
     assert dv_location("s3://mytable/", descriptor) == (
         "s3://mytable/ab/deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin")
-    assert unique_id(descriptor) == f"u{SPEC_UUID_EXAMPLE}@4"
-    assert unique_id({"storageType": "i", "pathOrInlineDv": "abcde", "offset": None}) == "iabcde"
+    assert dv_unique_id(descriptor) == f"u{SPEC_UUID_EXAMPLE}@4"
+    assert dv_unique_id({"storageType": "i", "pathOrInlineDv": "abcde", "offset": None}) == "iabcde"
 
 
 # --- roaring bitmaps, against pyroaring ---------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 written by Spark executors give the same Iceberg table as the in-process conversion.
 
 Each table is converted twice, in two copies: in process, and with ``SparkManifestWriter`` on the shared session
-(``rows_per_task`` small, so that several tasks write manifests even for small tables). The manifests, read back
+(manifests of 8 files, so that several tasks write manifests even for small tables). The manifests, read back
 with pyiceberg, must list the same data files (path, partition, record count, size, null counts, bounds) and the
 same position-delete files (partition, record count, the data file and positions they hold). The rows pyiceberg
 reads must be deltalake's for deltalake tables, and Delta on Spark's for the fixtures (deltalake refuses deletion
@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,16 +23,17 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
+from engine_manifests import assert_same_manifests, spark_submit, written_manifests
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
 
 from airflow_deltaberg.core.delta import DeltaTable
+from airflow_deltaberg.core.iceberg import file_manifests
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.spark.regenerate import SparkManifestWriter, main
+from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+from airflow_deltaberg.spark.regenerate import main
 
 pytestmark = pytest.mark.spark
-
-APP = str(Path(__file__).resolve().parents[2] / "airflow_deltaberg" / "spark" / "regenerate.py")
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
@@ -103,10 +100,18 @@ def iceberg_rows(metadata_location: str) -> list[str]:
     return scanned(StaticTable.from_metadata(metadata_location))
 
 
-def writer_for(spark: Any, location: Path, tasks: int = 3) -> SparkManifestWriter:
-    """A writer that spreads the table's live files over about ``tasks`` Spark tasks."""
-    files = DeltaTable(str(location)).snapshot().num_files
-    return SparkManifestWriter(spark, rows_per_task=max(1, math.ceil(files / tasks)))
+DEFAULT_MANIFEST_ROWS = file_manifests.MANIFEST_ROWS
+
+
+@pytest.fixture(autouse=True)
+def _small_manifests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Manifests of a few files each, so that even small tables get several groups (several Spark tasks)."""
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 8)
+
+
+def writer_for(spark: Any, location: Path) -> SparkManifestWriter:
+    """A writer with one group (data manifest) per Spark task."""
+    return SparkManifestWriter(spark, groups_per_task=1)
 
 
 def convert_both(spark: Any, local: Path, tmp_path: Path, name: str | None = None
@@ -252,27 +257,20 @@ def test_application_failure_writes_a_typed_error(tmp_path: Path, capsys: pytest
     assert "NotADeltaTableError" in capsys.readouterr().err
 
 
-def test_spark_submit_runs_the_application(tmp_path: Path) -> None:
+def test_spark_submit_runs_the_application(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The application file through the pyspark install's spark-submit (its own JVM): full conversion, catalog
-    registration with the properties read from a file, the result on stdout and in the result file."""
-    import pyspark
-
+    registration with the properties read from a file, the result on stdout and in the result file, and the
+    manifests of the in-process conversion entry by entry."""
     path = partitioned_table(tmp_path / "events")
+    local = tmp_path / "in-process" / "events"
+    shutil.copytree(path, local)
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
     settings = tmp_path / "catalog.json"
     settings.write_text(json.dumps(catalog))
     result_file = tmp_path / "result.json"
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    env.pop("SPARK_HOME", None)  # the pyspark install's own
 
-    completed = subprocess.run(
-        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-         APP, "--table", str(path), "--identifier", "db.events", "--catalog-config-json", f"@{settings}",
-         "--result-file", str(result_file)],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
+    completed = spark_submit("--table", str(path), "--identifier", "db.events", "--catalog-config-json",
+                             f"@{settings}", "--result-file", str(result_file))
 
     assert completed.returncode == 0, completed.stderr[-4000:]
     document = json.loads(result_file.read_text())["result"]
@@ -286,3 +284,8 @@ def test_spark_submit_runs_the_application(tmp_path: Path) -> None:
     registered = load_catalog("deltaberg", **catalog).load_table("db.events")
     assert registered.metadata_location == document["metadata_location"]
     assert scanned(registered) == deltalake_rows(path)
+    # The executors wrote the manifests this process writes, entry by entry (default grouping in both).
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", DEFAULT_MANIFEST_ROWS)  # the application's, not 8
+    in_process = convert(str(local))
+    assert_same_manifests(written_manifests(in_process.metadata_location, local),
+                          written_manifests(document["metadata_location"], path))

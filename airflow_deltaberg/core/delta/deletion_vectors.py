@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
+from airflow_deltaberg.core.delta.file_tables import dv_unique_id
 from airflow_deltaberg.core.delta.paths import (
     DV_UUID_CHARS,
     is_absolute,
@@ -31,13 +32,6 @@ from airflow_deltaberg.core.storage import Storage, open_storage
 FILE_FORMAT_VERSION = 1
 UUID_CHARS = DV_UUID_CHARS
 STORAGE_TYPES = ("u", "i", "p")
-
-
-def unique_id(descriptor: Mapping[str, Any]) -> str:
-    """``<storageType><pathOrInlineDv>``, plus ``@<offset>`` when the descriptor has an offset."""
-    base = f"{descriptor['storageType']}{descriptor['pathOrInlineDv']}"
-    offset = descriptor.get("offset")
-    return base if offset is None else f"{base}@{offset}"
 
 
 def relative_dv_key(path_or_inline_dv: str) -> str:
@@ -78,7 +72,7 @@ def _file_of(
             else:
                 resolve_relative(relative)
         except ValueError as exc:
-            raise PathOutsideTableError(f"deletion vector {unique_id(descriptor)!r} resolves outside the table "
+            raise PathOutsideTableError(f"deletion vector {dv_unique_id(descriptor)!r} resolves outside the table "
                                         "root", table=table.root) from exc
     if kind == "u":
         try:
@@ -117,11 +111,11 @@ def _decode(data: bytes, descriptor: Mapping[str, Any], table: Storage, where: s
     try:
         values = decode_roaring_bitmap_array(data)
     except RoaringFormatError as exc:
-        raise CorruptLogError(f"deletion vector {unique_id(descriptor)} is not a valid bitmap: {exc}",
+        raise CorruptLogError(f"deletion vector {dv_unique_id(descriptor)} is not a valid bitmap: {exc}",
                               table=table.root, file=where) from exc
     if len(values) != descriptor["cardinality"]:
         raise CorruptLogError(
-            f"deletion vector {unique_id(descriptor)} holds {len(values)} rows, its descriptor says "
+            f"deletion vector {dv_unique_id(descriptor)} holds {len(values)} rows, its descriptor says "
             f"{descriptor['cardinality']}", table=table.root, file=where)
     return values
 

@@ -422,7 +422,7 @@ def _first_problem(files: pa.Table, scan: PathScan) -> tuple[int, str, str, type
 
 def refuse_invalid_paths(files: pa.Table, table: str, source_file: Callable[[int], str],
                          scan: PathScan | None = None) -> None:
-    """Raise for the first add or remove (``files``: FILE_ACTIONS_SCHEMA rows) whose data path names no file of
+    """Raise for the first add or remove (``files``: FILE_CHANGES_SCHEMA rows) whose data path names no file of
     the table (data_path_problem: PathOutsideTableError for a relative path outside the root, CorruptLogError
     otherwise) or whose deletion vector path resolves outside the root; ``source_file(version)`` names the log
     file the action was read from; ``scan``: scan_paths of the path column, when known. Costs one pass over the

@@ -16,14 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
-from airflow_deltaberg.core.delta.actions import (
-    ActionBatch,
-    check_one_protocol_and_metadata,
-    iter_checkpoint_stats,
-    partition_columns_of,
-    read_json_actions,
-    read_parquet_checkpoint_part,
-)
+from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata, partition_columns_of
+from airflow_deltaberg.core.delta.checkpoint_actions import iter_checkpoint_stats, read_parquet_checkpoint_part
+from airflow_deltaberg.core.delta.commit_actions import read_json_actions
+from airflow_deltaberg.core.delta.file_tables import logical_keys
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
@@ -71,7 +67,7 @@ class TableState:
 
     protocol: Protocol
     metadata: Metadata
-    adds: pa.Table  # FILE_ACTIONS_SCHEMA rows that are live files, in log order
+    adds: pa.Table  # FILE_CHANGES_SCHEMA rows that are live files, in log order
     removes: pa.Table  # tombstones
     transactions: dict[str, Transaction] = field(default_factory=dict)
     domain_metadata: dict[str, DomainMetadata] = field(default_factory=dict)
@@ -172,7 +168,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     all_files = pa.concat_tables([b.file_actions for b in batches])
     source_file = partial(_source_file, storage, segment)
     commit_rows = all_files.slice(n_checkpoint_rows)
-    # The paths as logged are the reconciliation key (see _logical_keys).
+    # The paths as logged are the reconciliation key (see file_tables.logical_keys).
     # A checkpoint is already reconciled (one row per logical file): only keys the commits touch can repeat.
     keep = None
     if commit_rows.num_rows:
@@ -222,11 +218,11 @@ def _newest_per_logical_file(files: pa.Table, n_reconciled: int,
     # side has a deletion vector (a path alone never equals a path joined with an id).
     with_dv = _has_dv(head_files) or _has_dv(tail_files)
     if not n_reconciled:
-        return _last_of_each_key(_combined(_logical_keys(tail_files)) if with_dv else commit_paths)
+        return _last_of_each_key(_combined(logical_keys(tail_files)) if with_dv else commit_paths)
     # Only checkpoint rows whose key the commits repeat can be superseded: look those up instead of hashing
     # every checkpoint key.
-    tail = _combined(_logical_keys(tail_files) if with_dv else tail_files.column("path"))
-    head = _logical_keys(head_files) if with_dv else head_files.column("path")
+    tail = _combined(logical_keys(tail_files) if with_dv else tail_files.column("path"))
+    head = logical_keys(head_files) if with_dv else head_files.column("path")
     hit = np.flatnonzero(to_numpy(pc.is_in(head, value_set=pc.unique(tail))))
     candidates = np.concatenate([hit, np.arange(n_reconciled, files.num_rows)])
     kept = _last_of_each_key(pa.concat_arrays([_combined(head.take(from_numpy(hit))), tail]))
@@ -247,22 +243,6 @@ def _has_dv(files: pa.Table) -> bool:
     return dv.null_count < len(dv)
 
 
-def _logical_keys(files: pa.Table) -> pa.ChunkedArray:
-    """path plus the deletion vector's unique id (empty without one), one string per row.
-
-    The path as logged: Delta on Spark (for relative paths) and deltalake compare the strings, so `part%2D1` and
-    `part-1` are two logical files to them, and to the replay (the same data file live twice is refused after it,
-    see refuse_file_live_twice)."""
-    path = files.column("path")
-    dv = files.column("deletionVector")
-    offset = pc.struct_field(dv, "offset")
-    offset_str = pc.if_else(offset.is_valid(), pc.binary_join_element_wise("@", offset.cast(pa.string()), ""), "")
-    uid = pc.binary_join_element_wise(pc.struct_field(dv, "storageType"), pc.struct_field(dv, "pathOrInlineDv"),
-                                      offset_str, "")
-    uid = pc.if_else(dv.is_valid(), uid, "")
-    return pc.binary_join_element_wise(path, uid, "\x00")
-
-
 def _last_of_each_key(key: pa.Array | pa.DictionaryArray) -> np.ndarray | None:
     """Positions (ascending) of the last occurrence of each key (or of each dictionary-encoded key), or None when
     no key repeats."""
@@ -281,7 +261,7 @@ def _last_of_each_key(key: pa.Array | pa.DictionaryArray) -> np.ndarray | None:
 def refuse_repeated_file_actions(files: pa.Table, table: str, source_file: Callable[[int], str],
                                  paths: pa.DictionaryArray | None = None) -> None:
     """Raise CorruptLogError for a commit holding two adds, or two removes, of one path (``files``: the
-    FILE_ACTIONS_SCHEMA rows of commits; ``paths``: their dictionary-encoded path keys, when known).
+    FILE_CHANGES_SCHEMA rows of commits; ``paths``: their dictionary-encoded path keys, when known).
 
     The protocol (Action Reconciliation): "a valid version is restricted to contain at most one file action of
     the same type (i.e. add/remove) for any one combination of path and dvId. Moreover, for simplicity it is
@@ -318,7 +298,7 @@ def refuse_repeated_file_actions(files: pa.Table, table: str, source_file: Calla
 
 def refuse_file_live_twice(adds: pa.Table, table: str, source_file: Callable[[int], str],
                            scan: PathScan | None = None) -> None:
-    """Raise CorruptLogError when one data file is live twice (``adds``: the live FILE_ACTIONS_SCHEMA rows of the
+    """Raise CorruptLogError when one data file is live twice (``adds``: the live FILE_CHANGES_SCHEMA rows of the
     table at location ``table``): two live adds of one path with different deletion vectors, or of two spellings
     of one file (``part%2D1`` and ``part-1``, paths.data_file_identities).
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_deltaberg.core.arrow_util import from_numpy
+from airflow_deltaberg.core.delta.file_tables import LIVE_FILES_COLUMNS
 from airflow_deltaberg.core.delta.log_segment import LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
 from airflow_deltaberg.core.delta.replay import TableState
@@ -41,21 +42,6 @@ SUPPORTED_READER_FEATURES = frozenset(
 )
 MAX_READER_VERSION = 3
 
-FILE_COLUMNS = [
-    "path",
-    "partitionValues",
-    "size",
-    "modificationTime",
-    "dataChange",
-    "stats",
-    "stats_parsed",
-    "tags",
-    "deletionVector",
-    "baseRowId",
-    "defaultRowCommitVersion",
-    "clusteringProvider",
-    "version",
-]
 
 
 @dataclass(frozen=True)
@@ -137,7 +123,7 @@ class Snapshot:
 
     def _files_table(self, stats: pa.ChunkedArray) -> pa.Table:
         adds = self.state.adds
-        return pa.table({name: stats if name == "stats_parsed" else adds.column(name) for name in FILE_COLUMNS})
+        return pa.table({name: stats if name == "stats_parsed" else adds.column(name) for name in LIVE_FILES_COLUMNS})
 
     def parsed_stats(self, columns: Sequence[str] | None = None) -> pa.ChunkedArray:
         """The stats of the live files (``files`` row order) as ``stats_type(schema, columns)``: from the

@@ -396,3 +396,17 @@ def _decimal(value: Any, precision: int, scale: int) -> Decimal | None:
     if scaled != exact or len(scaled.as_tuple().digits) > precision:
         return None
     return scaled
+
+# The protocol's checkpoint schema example names the null counts of stats_parsed "nullCounts"; Delta (and
+# the per-file stats JSON) call them "nullCount". Read both.
+STATS_STRUCT_ALIASES = {"nullCounts": "nullCount"}
+
+
+def conform_stats(struct: pa.Array, target: pa.StructType) -> pa.Array:
+    """A checkpoint's ``stats_parsed`` as ``target``: fields matched by name, missing ones null."""
+    if pa.types.is_struct(struct.type) and any(f.name in STATS_STRUCT_ALIASES for f in struct.type):
+        names = [STATS_STRUCT_ALIASES.get(f.name, f.name) for f in struct.type]
+        if len(set(names)) == len(names):
+            struct = pa.StructArray.from_arrays([struct.field(i) for i in range(len(names))], names=names,
+                                                mask=struct.is_null())
+    return conform(struct, target)

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata, read_json_actions
+from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata
+from airflow_deltaberg.core.delta.commit_actions import read_json_actions
 from airflow_deltaberg.core.delta.log_segment import (
     LogListing,
     LogSegment,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -25,11 +26,12 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
+from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.iceberg.manifest import FieldSummary, ManifestFileInfo, write_manifest
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
-_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,20 @@ class ManifestRecord:
         inside = pc.and_(pc.greater_equal(paths, self.min_path), pc.less_equal(paths, self.max_path))
         return bool(pc.any(inside).as_py())
 
+    def to_json(self) -> dict[str, Any]:
+        """The record as the conversion state (and the Spark engine's executors) hand it on."""
+        return {"info": _info_to_json(self.info), "entries": self.entries_key, "min_path": self.min_path,
+                "max_path": self.max_path}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ManifestRecord:
+        return cls(_info_from_json(dict(data["info"])), data["entries"], data["min_path"], data["max_path"])
+
 
 @dataclass(frozen=True)
 class ConversionState:
     delta_version: int
-    delta_metadata: dict[str, Any]
+    delta_metadata: Metadata  # the Delta metaData in force at delta_version
     manifests: tuple[ManifestRecord, ...]
 
 
@@ -96,11 +107,8 @@ def _info_from_json(data: dict[str, Any]) -> ManifestFileInfo:
 def write_state(storage: Storage, manifest_list_key: str, state: ConversionState) -> None:
     payload = {
         "delta_version": state.delta_version,
-        "delta_metadata": state.delta_metadata,
-        "manifests": [
-            {"info": _info_to_json(m.info), "entries": m.entries_key, "min_path": m.min_path, "max_path": m.max_path}
-            for m in state.manifests
-        ],
+        "delta_metadata": state.delta_metadata.to_action(),
+        "manifests": [m.to_json() for m in state.manifests],
     }
     storage.write_if_absent(state_key(manifest_list_key), json.dumps(payload).encode())
 
@@ -116,9 +124,8 @@ def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
         return None
     return ConversionState(
         data["delta_version"],
-        data["delta_metadata"],
-        tuple(ManifestRecord(_info_from_json(m["info"]), m["entries"], m["min_path"], m["max_path"])
-              for m in data["manifests"]),
+        Metadata.from_action(data["delta_metadata"]),
+        tuple(ManifestRecord.from_json(m) for m in data["manifests"]),
     )
 
 
@@ -139,7 +146,7 @@ def write_manifest_record(
     efs, epath = storage.arrow_path(entries_key)
     # Read back only when a removal touches the manifest: an Arrow IPC file with zstd buffers is written in
     # less than half the time of the smallest Parquet and is smaller.
-    with efs.open_output_stream(epath) as stream, pa.ipc.new_file(stream, entries.schema, options=_IPC_OPTIONS) as out:
+    with efs.open_output_stream(epath) as stream, pa.ipc.new_file(stream, entries.schema, options=IPC_OPTIONS) as out:
         out.write_table(entries)
     bounds = pc.min_max(entries.column(data_path_column(content)))
     info = summary.manifest_file(storage.uri(f"{name}.avro"))

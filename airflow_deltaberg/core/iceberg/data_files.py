@@ -156,7 +156,7 @@ def entries_for_files(
     check_record_total(counts, files, locations, table)
     prefix = int(metadata.configuration.get(STRING_PREFIX_PROPERTY, DEFAULT_STRING_PREFIX))
     metrics = file_metrics(stats, stat_columns(metadata.schema, converted.schema, mapped), prefix)
-    physical = {f.name: (f.physical_name if mapped else f.name) for f in metadata.schema.fields}
+    physical = dict(zip(metadata.partition_columns, metadata.physical_partition_columns, strict=True))
     partitions = partition_struct(files.column("partitionValues"), spec, converted.schema, physical, table)
     value_counts = pa.nulls(n, metrics.null_value_counts.type)
     return pa.table(

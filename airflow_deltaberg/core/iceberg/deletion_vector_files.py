@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from airflow_deltaberg.core.delta.deletion_vectors import unique_id
+from airflow_deltaberg.core.delta.file_tables import dv_unique_id
 from airflow_deltaberg.core.errors import DeleteFileMismatchError
 from airflow_deltaberg.core.iceberg.position_deletes import added_delete_entries, write_per_deletion_vector
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
@@ -51,7 +51,7 @@ class _Written:
 
 def deletion_vector_key(data_file_path: str, descriptor: Mapping[str, Any], key_prefix: str = METADATA_DIR) -> str:
     """The deterministic key of the Puffin file holding the DV of one data file location."""
-    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{NAME_VERSION}:{data_file_path}:{unique_id(descriptor)}")
+    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{NAME_VERSION}:{data_file_path}:{dv_unique_id(descriptor)}")
     return f"{key_prefix}/{name}-dv.puffin"
 
 

@@ -1,13 +1,18 @@
 """The manifests of one Iceberg snapshot's new files: data manifests, and position-delete files with their
 delete manifests for files that carry Delta deletion vectors.
 
-``SnapshotPlan`` holds the fixed facts of the snapshot being written and is picklable, so that Spark
-executors can write the manifests of their share of the files (``write_file_manifests`` on each slice) while
-the driver writes the manifest list and metadata.
+``SnapshotPlan`` holds the fixed facts of the snapshot being written and is picklable. A full conversion's
+manifests are planned here once for every engine: the live files in ``pruning_order``, cut into ``ManifestGroups``
+of ``MANIFEST_ROWS`` files, one data manifest each; ``write_group`` writes one group (its data manifest, and the
+delete files and delete entries of its deletion vectors). A ``ManifestEngine`` maps ``write_group`` over the
+groups: ``in_process`` (two at a time in this process) or the Spark engine (``airflow_deltaberg.spark.
+manifest_engine``, one group per task); ``write_file_manifests`` then writes the delete manifests of the groups'
+delete entries, in group order. Both engines give the same entries in the same manifests by construction.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 
+from airflow_deltaberg.core.delta.file_tables import MANIFEST_INPUT_COLUMNS
 from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.partition_codec import partition_strings
+from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import parse_stats
 from airflow_deltaberg.core.errors import StatsParseError
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, write_manifest_record
@@ -44,7 +52,7 @@ class SnapshotPlan:
     storage_options: Mapping[str, Any] | None
     delta_version: int
     timestamp_ms: int
-    delta_metadata: Mapping[str, Any]  # the Delta metaData action in force at delta_version
+    metadata: Metadata  # the Delta metaData in force at delta_version
     converted: ConvertedSchema
     spec: PartitionSpec
     snapshot_id: int
@@ -53,10 +61,6 @@ class SnapshotPlan:
     # Every file this attempt at the snapshot writes under a fresh name holds this id, so that a failed attempt's
     # files can be found and deleted (two runs racing for the same snapshot have different ids).
     attempt: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def metadata(self) -> Metadata:
-        return Metadata.from_action(dict(self.delta_metadata))
 
     def open_storage(self) -> Storage:
         return open_storage(self.table, self.storage_options)
@@ -113,13 +117,9 @@ def _entries_in_order(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> 
     return FileEntries(data, deletes)
 
 
-# version (of the add, when the caller has it) only names an add in errors.
-_ENTRY_INPUTS = ("path", "partitionValues", "size", "stats", "stats_parsed", "deletionVector", "version")
-
-
 def _entry_inputs(files: pa.Table) -> pa.Table:
     # The JSON stats are only needed where no parsed ones are there.
-    wanted = [c for c in _ENTRY_INPUTS if c in files.column_names]
+    wanted = [c for c in MANIFEST_INPUT_COLUMNS if c in files.column_names]
     if "stats_parsed" in wanted and "stats" in wanted:
         wanted.remove("stats")
     return files.select(wanted)
@@ -131,13 +131,12 @@ def pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
     and a narrow path range (removals rewrite few). Partition values sort as their Delta strings, which groups
     equal values, all a manifest's summary needs."""
     metadata, spec = plan.metadata, plan.spec
-    physical = {f.name: f.physical_name for f in metadata.schema.fields} \
-        if metadata.column_mapping_mode in ("name", "id") else {}
+    physical = dict(zip(metadata.partition_columns, metadata.physical_partition_columns, strict=True))
     keys: dict[str, pa.Array] = {}
     if spec.fields and files.num_rows:
         values = files.column("partitionValues").combine_chunks()
         for i, pf in enumerate(spec.fields):
-            keys[f"k{i}"] = pc.map_lookup(values, physical.get(pf.name, pf.name), "first")
+            keys[f"k{i}"] = partition_strings(values, physical[pf.name])
     keys["path"] = files.column("path")
     return pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending", "at_start") for k in keys])
 
@@ -158,38 +157,97 @@ def two_at_a_time(write: Callable[[T], R], items: Sequence[T]) -> list[R]:
 
 
 def write_entry_manifests(storage: Storage, plan: SnapshotPlan, entries: pa.Table, *, content: str = "data",
-                          rows_per_manifest: int = MANIFEST_ROWS) -> list[ManifestRecord]:
+                          rows_per_manifest: int | None = None) -> list[ManifestRecord]:
     """Manifests of ``rows_per_manifest`` consecutive entries each, written two at a time."""
-    slices = [entries.slice(offset, rows_per_manifest) for offset in range(0, entries.num_rows, rows_per_manifest)]
+    rows = rows_per_manifest or MANIFEST_ROWS
+    slices = [entries.slice(offset, rows) for offset in range(0, entries.num_rows, rows)]
     return two_at_a_time(lambda part: _write_manifest(storage, plan, part, content), slices)
 
 
-def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, *,
-                         rows_per_manifest: int = MANIFEST_ROWS, order: pa.Array | None = None) -> list[ManifestRecord]:
-    """Manifests (data, then deletes) adding ``files`` in the snapshot of ``plan``.
+# -- the manifests of a full snapshot: files in pruning order, one group per data manifest ------------------------
 
-    The files are put in pruning order once (``order``, when the caller already has ``pruning_order(files)``);
-    then each manifest's share is taken, turned into entries and written on its own, two at a time: no table of
-    every entry is ever in memory, and the takes, the stats parsing and the encoding of two manifests run side
-    by side.
-    """
+
+@dataclass(frozen=True)
+class ManifestGroups:
+    """The files of a snapshot in pruning order, cut into groups of ``rows_per_manifest`` consecutive files: group
+    ``i`` is the ``i``-th data manifest. Each group is taken from ``files`` only when asked for."""
+
+    files: pa.Table  # MANIFEST_INPUT_COLUMNS, one chunk
+    order: pa.Array  # row indices of files, in pruning order
+    rows_per_manifest: int
+
+    def __len__(self) -> int:
+        return math.ceil(self.files.num_rows / self.rows_per_manifest)
+
+    def group(self, index: int) -> pa.Table:
+        """The files of group ``index``, in pruning order."""
+        return self.files.take(self.order.slice(index * self.rows_per_manifest, self.rows_per_manifest))
+
+
+@dataclass(frozen=True)
+class GroupManifests:
+    """What writing one group gives: its data manifest, and the delete entries (position deletes in v2, deletion
+    vectors in v3; their files written already) of its files that have a deletion vector."""
+
+    data: ManifestRecord
+    deletes: pa.Table | None
+
+
+def write_group(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> GroupManifests:
+    """The data manifest of one group of files (in their order), and the delete files of their deletion
+    vectors: the one function both engines apply to every group."""
+    entries = _entries_in_order(storage, plan, files)
+    return GroupManifests(_write_manifest(storage, plan, entries.data, "data"), entries.deletes)
+
+
+#: How the groups of a snapshot get written: ``write_group`` over every group, results in group order. The
+#: in-process engine below; ``airflow_deltaberg.spark.manifest_engine`` distributes the groups to Spark executors.
+ManifestEngine = Callable[[Storage, SnapshotPlan, ManifestGroups], list[GroupManifests]]
+
+
+def in_process(storage: Storage, plan: SnapshotPlan, groups: ManifestGroups) -> list[GroupManifests]:
+    """The groups written in this process, two at a time: each group is taken from the files just before it is
+    written, so no table of every entry is ever in memory."""
+    return two_at_a_time(lambda i: write_group(storage, plan, groups.group(i)), range(len(groups)))
+
+
+def manifest_groups(plan: SnapshotPlan, files: pa.Table, *, rows_per_manifest: int | None = None,
+                    order: pa.Array | None = None) -> ManifestGroups:
+    """``files`` cut into the groups of their data manifests (``order``: ``pruning_order(files)`` when the caller
+    has it already)."""
     # Takes of a few rows from each of many chunks cost several times one copy into a single chunk (and a
     # caller that passed its only reference frees the chunks here).
     files = _entry_inputs(files).combine_chunks()
     if order is None:
         order = pruning_order(files, plan)
+    return ManifestGroups(files, order, rows_per_manifest or MANIFEST_ROWS)
 
-    def write(offset: int) -> tuple[ManifestRecord, pa.Table | None]:
-        entries = _entries_in_order(storage, plan, files.take(order.slice(offset, rows_per_manifest)))
-        return _write_manifest(storage, plan, entries.data, "data"), entries.deletes
 
-    written = two_at_a_time(write, range(0, files.num_rows, rows_per_manifest))
-    records = [record for record, _ in written]
-    deletes = [d for _, d in written if d is not None]
+def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, *,
+                         rows_per_manifest: int | None = None, order: pa.Array | None = None,
+                         engine: ManifestEngine = in_process) -> list[ManifestRecord]:
+    """Manifests (data, then deletes) adding ``files`` in the snapshot of ``plan``: the files in pruning order,
+    one data manifest per group of ``rows_per_manifest`` (``MANIFEST_ROWS``) of them written by ``engine``, then
+    the delete manifests of the groups' delete entries, in group order."""
+    groups = manifest_groups(plan, files, rows_per_manifest=rows_per_manifest, order=order)
+    written = engine(storage, plan, groups)
+    records = [group.data for group in written]
+    deletes = [group.deletes for group in written if group.deletes is not None]
     if deletes:
         records += write_entry_manifests(storage, plan, pa.concat_tables(deletes), content="deletes",
-                                         rows_per_manifest=rows_per_manifest)
+                                         rows_per_manifest=groups.rows_per_manifest)
     return records
+
+
+def write_snapshot_manifests(storage: Storage, plan: SnapshotPlan, snapshot: Snapshot,
+                             engine: ManifestEngine = in_process) -> list[ManifestRecord]:
+    """The manifests of a full conversion of ``snapshot``: its live files (stats read by the core's Snapshot),
+    written by ``engine``."""
+    # The pruning order needs no stats: it is sorted on a thread of its own while they are read. The files go
+    # straight into the call, which holds their only reference (and frees their chunks once combined).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        order = pool.submit(pruning_order, snapshot.file_keys(), plan)
+        return write_file_manifests(storage, plan, snapshot.read_files(), order=order.result(), engine=engine)
 
 
 def added_rows(records: list[ManifestRecord], content: int) -> tuple[int, int]:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg import types as it
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 
+from airflow_deltaberg.core.delta.partition_codec import parse_partition_values as delta_partition_values
+from airflow_deltaberg.core.delta.partition_codec import partition_strings
 from airflow_deltaberg.core.errors import PartitionValueError
 
 PARTITION_FIELD_ID_START = 1000
@@ -56,40 +56,11 @@ def arrow_type(t: it.IcebergType) -> pa.DataType:
     }[type(t)]
 
 
-def _parse_timestamps(values: pa.Array, utc: bool) -> pa.Array:
-    """Delta's partition timestamp text: 'YYYY-MM-DD HH:MM:SS[.ffffff]' or ISO 8601 with Z (UTC)."""
-    out = []
-    for v in values.to_pylist():
-        if v is None:
-            out.append(None)
-            continue
-        parsed = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-        if parsed.tzinfo is not None:
-            parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
-        out.append(parsed)
-    return pa.array(out, pa.timestamp("us", "UTC" if utc else None))
-
-
 def parse_partition_values(strings: pa.Array, iceberg_type: it.IcebergType, column: str, table: str) -> pa.Array:
-    """Typed partition values from Delta's string serialization (empty string and null mean null)."""
-    strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
-    target = arrow_type(iceberg_type)
+    """Typed partition values of an Iceberg type from Delta's string serialization (empty string and null mean
+    null); PartitionValueError for a value that does not parse."""
     try:
-        if isinstance(iceberg_type, it.TimestamptzType):
-            # Values without an offset were written in the writer's zone; like Delta on Spark readers
-            # with a UTC session we read them as UTC.
-            return _parse_timestamps(strings, utc=True)
-        if isinstance(iceberg_type, it.TimestampType):
-            return _parse_timestamps(strings, utc=False)
-        if isinstance(iceberg_type, it.BooleanType):
-            lowered = pc.utf8_lower(strings)
-            bad = pc.and_(strings.is_valid(), pc.invert(pc.is_in(lowered, pa.array(["true", "false"]))))
-            if pc.any(bad).as_py():
-                raise ValueError("not true/false")
-            return pc.equal(lowered, "true")
-        if isinstance(iceberg_type, it.BinaryType):
-            return pa.array([None if v is None else v.encode("latin-1") for v in strings.to_pylist()], pa.binary())
-        return strings.cast(target)
+        return delta_partition_values(strings, arrow_type(iceberg_type))
     except (pa.ArrowInvalid, ValueError) as exc:
         raise PartitionValueError(
             f"partition values of column {column} do not parse as {iceberg_type}: {exc} (table {table})"
@@ -105,13 +76,10 @@ def partition_struct(
 ) -> pa.StructArray:
     """The typed partition struct of each file, from its partitionValues map (keys are physical names)."""
     n = len(partition_values)
-    if isinstance(partition_values, pa.ChunkedArray):
-        partition_values = partition_values.combine_chunks()
     children, fields = [], []
     for pf in spec.fields:
         source = schema.find_field(pf.source_id)
-        key = physical_names.get(pf.name, pf.name)
-        strings = pc.map_lookup(partition_values, key, "first") if n else pa.array([], pa.string())
+        strings = partition_strings(partition_values, physical_names.get(pf.name, pf.name))
         values = parse_partition_values(strings, source.field_type, pf.name, table)
         children.append(values)
         fields.append(pa.field(pf.name, arrow_type(source.field_type)))

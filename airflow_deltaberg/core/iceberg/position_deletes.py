@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vectors, unique_id
+from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vectors
+from airflow_deltaberg.core.delta.file_tables import dv_unique_id
 from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
@@ -53,7 +54,7 @@ class _Written:
 
 def delete_file_key(data_file_path: str, descriptor: Mapping[str, Any], key_prefix: str = METADATA_DIR) -> str:
     """The deterministic key of the delete file for one data file location and its DV."""
-    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{NAME_VERSION}:{data_file_path}:{unique_id(descriptor)}")
+    name = uuid.uuid5(uuid.NAMESPACE_URL, f"{NAME_VERSION}:{data_file_path}:{dv_unique_id(descriptor)}")
     return f"{key_prefix}/{name}-deletes.parquet"
 
 
@@ -210,5 +211,5 @@ def _check_positions(
 ) -> None:
     if count is not None and int(positions[-1]) >= count:
         raise CorruptLogError(
-            f"the deletion vector {unique_id(descriptor)} deletes row {int(positions[-1])} of {path}, which has "
+            f"the deletion vector {dv_unique_id(descriptor)} deletes row {int(positions[-1])} of {path}, which has "
             f"{count} rows", table=storage.root)

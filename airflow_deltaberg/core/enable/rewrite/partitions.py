@@ -1,12 +1,9 @@
-"""Partition values of the files the enable rewrite writes: which types it can write, their serialized form
-in ``partitionValues``, and the runs of equal values that become one file each."""
+"""Partition values of the files the enable rewrite writes: which types it can write (their serialized form is
+``core.delta.partition_codec``'s), and the runs of equal values that become one file each."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
-from decimal import Decimal
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,32 +20,6 @@ def check_partition_types(schema: StructType, partition_columns: Sequence[str]) 
         t = schema.field(name).type
         if not (isinstance(t, PrimitiveType) and (t.name in _PARTITION_TYPES or t.is_decimal)):
             raise ValueError(f"partition column {name} has type {t}, which the enable rewrite cannot write")
-
-
-def serialize_partition_value(value: Any, t: PrimitiveType) -> str | None:
-    """A partition value as the protocol's "Partition Value Serialization" writes it (None for null).
-
-    Timestamps are written in the recommended form: ISO8601 adjusted to UTC (``...T...Z``)."""
-    if value is None:
-        return None
-    name = t.name
-    if name == "boolean":
-        return "true" if value else "false"
-    if name == "timestamp":
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    if name == "timestamp_ntz":
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    if name == "date":
-        return value.isoformat()
-    if name in ("float", "double"):
-        if value != value:
-            return "NaN"
-        if value in (float("inf"), float("-inf")):
-            return "Infinity" if value > 0 else "-Infinity"  # as Java's Double.toString, which readers parse
-        return repr(value)
-    if isinstance(value, Decimal):
-        return format(value, "f")
-    return str(value)
 
 
 def partition_runs(batch: pa.RecordBatch, names: Sequence[str]) -> list[tuple[int, int]]:

@@ -22,14 +22,11 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.delta.partition_codec import serialize_partition_value
 from airflow_deltaberg.core.delta.schema import StructType, parse_schema
 from airflow_deltaberg.core.enable.rewrite.files import RewriteSpec, WrittenFile
 from airflow_deltaberg.core.enable.rewrite.layout import arrow_schema, physical_batch
-from airflow_deltaberg.core.enable.rewrite.partitions import (
-    check_partition_types,
-    partition_runs,
-    serialize_partition_value,
-)
+from airflow_deltaberg.core.enable.rewrite.partitions import check_partition_types, partition_runs
 from airflow_deltaberg.core.enable.rewrite.stats import FileStats
 from airflow_deltaberg.core.storage import Storage, open_storage
 

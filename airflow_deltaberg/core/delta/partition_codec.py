@@ -1,0 +1,83 @@
+"""Delta partition values: the string a file's ``partitionValues`` holds <-> the typed value (protocol, "Partition
+Value Serialization"). Serialized one value at a time (a writer's partition of rows), parsed a column at a time
+(the files of a table)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_deltaberg.core.delta.schema import PrimitiveType
+
+
+def partition_strings(partition_values: pa.Array | pa.ChunkedArray, physical_name: str) -> pa.Array:
+    """The serialized values of one partition column (``physical_name``, the key of the files' maps)."""
+    if isinstance(partition_values, pa.ChunkedArray):
+        partition_values = partition_values.combine_chunks()
+    if not len(partition_values):
+        return pa.array([], pa.string())
+    return pc.map_lookup(partition_values, physical_name, "first")
+
+
+def serialize_partition_value(value: Any, t: PrimitiveType) -> str | None:
+    """A partition value as the protocol's "Partition Value Serialization" writes it (None for null).
+
+    Timestamps are written in the recommended form: ISO8601 adjusted to UTC (``...T...Z``)."""
+    if value is None:
+        return None
+    name = t.name
+    if name == "boolean":
+        return "true" if value else "false"
+    if name == "timestamp":
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if name == "timestamp_ntz":
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if name == "date":
+        return value.isoformat()
+    if name in ("float", "double"):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"  # as Java's Double.toString, which readers parse
+        return repr(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
+
+
+def _parse_timestamps(values: pa.Array, utc: bool) -> pa.Array:
+    """Delta's partition timestamp text: 'YYYY-MM-DD HH:MM:SS[.ffffff]' or ISO 8601 with Z (UTC)."""
+    out = []
+    for v in values.to_pylist():
+        if v is None:
+            out.append(None)
+            continue
+        parsed = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+        if parsed.tzinfo is not None:
+            parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        out.append(parsed)
+    return pa.array(out, pa.timestamp("us", "UTC" if utc else None))
+
+
+def parse_partition_values(strings: pa.Array, target: pa.DataType) -> pa.Array:
+    """Typed partition values (``target``: the Arrow type of the column's values) from Delta's serialization;
+    the empty string and null mean null. Raises ValueError (or pyarrow's ArrowInvalid) for a value that does not
+    parse."""
+    strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
+    if pa.types.is_timestamp(target):
+        # Values without an offset were written in the writer's zone; like Delta on Spark readers with a UTC
+        # session we read them as UTC.
+        return _parse_timestamps(strings, utc=target.tz is not None)
+    if pa.types.is_boolean(target):
+        lowered = pc.utf8_lower(strings)
+        bad = pc.and_(strings.is_valid(), pc.invert(pc.is_in(lowered, pa.array(["true", "false"]))))
+        if pc.any(bad).as_py():
+            raise ValueError("not true/false")
+        return pc.equal(lowered, "true")
+    if pa.types.is_binary(target):
+        return pa.array([None if v is None else v.encode("latin-1") for v in strings.to_pylist()], pa.binary())
+    return strings.cast(target)

@@ -1,0 +1,147 @@
+"""Publishing one Iceberg snapshot of a conversion: the conversion state, manifest list and metadata file written
+after its manifests (``commit_snapshot``), and the cleanup of an attempt that fails before its metadata file is
+published (``discarded_unless_published``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+
+from pyiceberg.table.snapshots import Operation
+
+from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestRecord, attempt_keys, write_state
+from airflow_deltaberg.core.iceberg.convert_plan import Tip, converted_mapping_mode, resets_history
+from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
+from airflow_deltaberg.core.iceberg.manifest import assign_first_row_ids, write_manifest_list
+from airflow_deltaberg.core.iceberg.publish import ICEBERG_DIR, METADATA_DIR, metadata_key, publish_metadata
+from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY
+from airflow_deltaberg.core.iceberg.table_metadata import (
+    DELETE_AFTER_COMMIT,
+    DELTA_COLUMN_MAPPING_MODE,
+    PREVIOUS_VERSIONS_MAX,
+    RowLineage,
+    SnapshotSpec,
+    build_metadata,
+    next_row_id,
+)
+from airflow_deltaberg.core.storage import Storage
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+
+#: Metadata files of earlier versions kept (and named in the metadata log); older ones are deleted once every
+#: pointer has moved on, by this converter for its own files and by the catalogs for theirs.
+METADATA_VERSIONS_KEPT = 100
+
+
+def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: Sequence[ManifestRecord],
+                     operation: Operation, summary: dict[str, str]) -> Tip:
+    """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it."""
+    too_big = sorted(name for name, value in summary.items() if int(value) > LONG_MAX)
+    if too_big:
+        # Each file's numRecords fits a long, their sum does not: some numRecords is wrong (Iceberg keeps the totals
+        # in longs). The attempt's manifests are taken back by discarded_unless_published.
+        raise CorruptLogError(f"the live files' numRecords add up to more than a long holds ({', '.join(too_big)}); "
+                              "the numRecords of some data file is wrong", table=plan.table,
+                              version=plan.delta_version)
+    prev = tip.published.metadata if tip.published else None
+    lineage = None
+    if plan.format_version >= 3:
+        # Row lineage: the data manifests new in this snapshot take row ids from the table's next-row-id on.
+        first_row_id = next_row_id(prev)
+        infos, next_id = assign_first_row_ids([m.info for m in manifests], first_row_id)
+        manifests = [replace(m, info=info) for m, info in zip(manifests, infos, strict=True)]
+        lineage = RowLineage(first_row_id, next_id)
+    state = ConversionState(plan.delta_version, plan.metadata, tuple(manifests))
+    list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{plan.attempt}.avro"
+    write_state(storage, list_key, state)
+    fs, list_path = storage.arrow_path(list_key)
+    write_manifest_list(list_path, [m.info for m in manifests], plan.snapshot_id,
+                        prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs,
+                        format_version=plan.format_version, first_row_id=lineage.first_row_id if lineage else None)
+    mode = plan.metadata.column_mapping_mode
+    metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
+                           DELTA_COLUMN_MAPPING_MODE: mode, PREVIOUS_VERSIONS_MAX: str(METADATA_VERSIONS_KEPT),
+                           DELETE_AFTER_COMMIT: "true", **plan.converted.properties}
+    reset = resets_history(tip, plan.metadata)
+    if reset:
+        log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
+                 "snapshots start afresh (column ids change)", plan.table, converted_mapping_mode(tip), mode,
+                 plan.delta_version)
+    metadata = build_metadata(
+        previous=prev,
+        previous_location=tip.published.location if tip.published else None,
+        location=storage.uri(ICEBERG_DIR),
+        delta_table_id=plan.metadata.id,
+        schema=plan.converted.schema,
+        last_column_id=plan.converted.last_column_id,
+        spec=plan.spec,
+        properties=metadata_properties,
+        snapshot=SnapshotSpec(plan.snapshot_id, plan.delta_version, plan.timestamp_ms, operation,
+                              storage.uri(list_key), summary),
+        now_ms=int(time.time() * 1000),
+        reset_history=reset,
+        format_version=plan.format_version,
+        lineage=lineage,
+    )
+    published = publish_metadata(storage, (tip.published.version if tip.published else 0) + 1, metadata)
+    return Tip(published, state)
+
+
+def snapshot_summary(manifests: Sequence[ManifestRecord], snapshot_id: int) -> dict[str, str]:
+    """Snapshot summary counts from the manifest list rows (Iceberg spec, "Snapshot Summary")."""
+    def total(content: int, what: str) -> int:
+        return sum(getattr(m.info, f"added_{what}_count") + getattr(m.info, f"existing_{what}_count")
+                   for m in manifests if m.info.content == content)
+
+    def changed(content: int, kind: str, what: str) -> int:
+        return sum(getattr(m.info, f"{kind}_{what}_count") for m in manifests
+                   if m.info.content == content and m.info.added_snapshot_id == snapshot_id)
+
+    return {
+        "added-data-files": str(changed(0, "added", "files")),
+        "added-records": str(changed(0, "added", "rows")),
+        "deleted-data-files": str(changed(0, "deleted", "files")),
+        "deleted-records": str(changed(0, "deleted", "rows")),
+        "added-delete-files": str(changed(1, "added", "files")),
+        "added-position-deletes": str(changed(1, "added", "rows")),
+        "removed-delete-files": str(changed(1, "deleted", "files")),
+        "removed-position-deletes": str(changed(1, "deleted", "rows")),
+        "total-data-files": str(total(0, "files")),
+        "total-records": str(total(0, "rows")),
+        "total-delete-files": str(total(1, "files")),
+        "total-position-deletes": str(total(1, "rows")),
+        "total-equality-deletes": "0",
+    }
+
+
+@contextmanager
+def discarded_unless_published(storage: Storage, tip: Tip, plan: SnapshotPlan) -> Iterator[None]:
+    """Run one attempt at the snapshot of ``plan`` on top of ``tip``: when it fails before its metadata file is
+    published, the files it wrote (manifests, entry copies, manifest list, state) are deleted, so that a refused
+    or failed conversion leaves nothing behind. Once the metadata file names them they stay, whatever fails next."""
+    try:
+        yield
+    except BaseException:
+        version = (tip.published.version if tip.published else 0) + 1
+        if not _published_by(storage, version, plan.attempt):
+            try:
+                for key in attempt_keys(storage, plan.attempt):
+                    storage.delete(key)
+            except Exception as cleanup:  # noqa: BLE001 - the attempt's own error is the one to report
+                log.warning("%s: could not delete the files of a failed conversion attempt %s: %s", plan.table,
+                            plan.attempt, cleanup)
+        raise
+
+
+def _published_by(storage: Storage, version: int, attempt: str) -> bool:
+    """Whether metadata file ``version`` exists and is this attempt's (it names the attempt's manifest list)."""
+    try:
+        return attempt.encode() in storage.read(metadata_key(version))
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,87 @@
+"""The plan of one Iceberg snapshot of a conversion: the Iceberg state it builds on (``Tip``), the schema and
+partition spec converted from the Delta metadata, the snapshot id and sequence number (``plan_snapshot``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pyiceberg.partitioning import PartitionSpec
+
+from airflow_deltaberg.core.delta import DeltaTable, Metadata
+from airflow_deltaberg.core.iceberg.conversion_state import ConversionState
+from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
+from airflow_deltaberg.core.iceberg.partition import identity_spec
+from airflow_deltaberg.core.iceberg.publish import PublishedMetadata
+from airflow_deltaberg.core.iceberg.schema import ConvertedSchema, convert_schema
+from airflow_deltaberg.core.iceberg.table_metadata import DELTA_COLUMN_MAPPING_MODE, new_snapshot_id, with_table_ids
+
+
+@dataclass
+class Tip:
+    """The Iceberg state a new snapshot builds on."""
+
+    published: PublishedMetadata | None
+    state: ConversionState | None
+
+    @property
+    def total_files(self) -> int:
+        return int(self._summary().get("total-data-files", 0))
+
+    @property
+    def total_records(self) -> int:
+        return int(self._summary().get("total-records", 0))
+
+    def _summary(self) -> dict[str, str]:
+        if self.published is None or self.published.metadata.current_snapshot_id is None:
+            return {}
+        snap = self.published.metadata.snapshot_by_id(self.published.metadata.current_snapshot_id)
+        return dict(snap.summary.additional_properties) if snap and snap.summary else {}
+
+
+def _schema_and_spec(metadata: Metadata, table: str, tip: Tip) -> tuple[ConvertedSchema, PartitionSpec]:
+    prev = tip.published.metadata if tip.published else None
+    converted = convert_schema(
+        metadata.schema, metadata.column_mapping_mode, table=table,
+        previous=prev.schema() if prev else None, previous_last_column_id=prev.last_column_id if prev else 0,
+        partition_columns=metadata.partition_columns,
+    )
+    return converted, identity_spec(converted.schema, metadata.partition_columns,
+                                    previous=prev.partition_specs if prev else ())
+
+
+def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, delta_version: int, timestamp_ms: int,
+                  storage_options: Mapping[str, Any] | None = None, format_version: int = 2) -> SnapshotPlan:
+    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip``."""
+    converted, spec = _schema_and_spec(metadata, table.location, tip)
+    prev = tip.published.metadata if tip.published else None
+    schema, spec = with_table_ids(converted.schema, spec, prev, resets_history(tip, metadata))
+    converted = replace(converted, schema=schema)
+    return SnapshotPlan(
+        table=table.location,
+        storage_options=dict(storage_options) if storage_options else None,
+        delta_version=delta_version,
+        timestamp_ms=timestamp_ms,
+        metadata=metadata,
+        converted=converted,
+        spec=spec,
+        snapshot_id=new_snapshot_id(prev, metadata.id, delta_version),
+        sequence_number=(prev.last_sequence_number if prev else 0) + 1,
+        format_version=format_version,
+    )
+
+
+def converted_mapping_mode(tip: Tip) -> str | None:
+    """The Delta column mapping mode of the converted version the tip holds."""
+    if tip.published is None:
+        return None
+    mode = tip.published.metadata.properties.get(DELTA_COLUMN_MAPPING_MODE)
+    if mode is None and tip.state is not None:
+        mode = tip.state.delta_metadata.column_mapping_mode
+    return mode
+
+
+def resets_history(tip: Tip, metadata: Metadata) -> bool:
+    previous_mode = converted_mapping_mode(tip)
+    return previous_mode is not None and previous_mode != metadata.column_mapping_mode

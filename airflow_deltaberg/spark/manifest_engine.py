@@ -1,0 +1,124 @@
+"""The Spark engine of a full conversion's manifests: Spark executors write the groups the core planned.
+
+The core plans everything (``core.iceberg.file_manifests``): the driver's replay of the log, the live files with
+their stats, the pruning order and the groups of ``MANIFEST_ROWS`` files, one per data manifest. This engine only
+distributes ``write_group`` over the groups: the driver writes the files in pruning order to one staging Arrow IPC
+file under the table's ``_iceberg/metadata`` (record batch ``i`` = group ``i``; the name holds the attempt's id,
+so a failed attempt's cleanup deletes it too), each Spark task opens it through the plan's storage, reads its
+groups' batches and writes their manifests and delete files, and returns each group's manifest record (JSON) and
+delete entries (Arrow IPC). The driver puts them back in group order; the core writes the delete manifests.
+Entries and grouping are those of the in-process engine by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_deltaberg.core.iceberg.conversion_state import IPC_OPTIONS, ManifestRecord, attempt_prefix
+from airflow_deltaberg.core.iceberg.file_manifests import GroupManifests, ManifestGroups, SnapshotPlan, write_group
+from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
+from airflow_deltaberg.core.storage import Storage
+
+log = logging.getLogger(__name__)
+
+#: Groups (data manifests) per Spark task. A Python worker holds one group's files, stats and entries at a time.
+GROUPS_PER_TASK = 1
+
+#: What a task returns per group: its index, its manifest record (JSON), its delete entries (Arrow IPC) or None.
+GroupResult = tuple[int, str, bytes | None]
+
+
+def staging_key(plan: SnapshotPlan) -> str:
+    """Where the driver stages the groups of ``plan``'s attempt (found by ``attempt_keys`` when it fails)."""
+    return f"{METADATA_DIR}/{attempt_prefix(plan.attempt)}manifest-groups.staging.arrow"
+
+
+def write_staging(storage: Storage, key: str, groups: ManifestGroups) -> None:
+    """The groups' files, one record batch per group, in one Arrow IPC file."""
+    fs, path = storage.arrow_path(key)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as stream, \
+            pa.ipc.new_file(stream, groups.files.schema, options=IPC_OPTIONS) as out:
+        for index in range(len(groups)):
+            files = groups.group(index)
+            out.write_batch(pa.record_batch([column.combine_chunks() for column in files.columns],
+                                            schema=files.schema))
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as out:
+        out.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def write_task_groups(plan: SnapshotPlan, key: str, indices: Iterable[int]) -> Iterator[GroupResult]:
+    """The executor side: ``write_group`` on each group of ``indices``, read from the staging file."""
+    storage = plan.open_storage()
+    fs, path = storage.arrow_path(key)
+    with fs.open_input_file(path) as source:
+        staged = pa.ipc.open_file(source)
+        for index in indices:
+            written = write_group(storage, plan, pa.Table.from_batches([staged.get_batch(index)]))
+            deletes = None if written.deletes is None else _ipc_bytes(written.deletes)
+            yield index, json.dumps(written.data.to_json()), deletes
+
+
+def group_manifests(result: GroupResult) -> GroupManifests:
+    _, record, deletes = result
+    return GroupManifests(ManifestRecord.from_json(json.loads(record)),
+                          None if deletes is None else pa.ipc.open_stream(deletes).read_all())
+
+
+class SparkManifestWriter:
+    """A ``ManifestEngine`` for core ``convert()`` (its ``manifest_writer``): Spark executors write the groups.
+
+    :param spark: a SparkSession, or a function that starts one (called on the first full conversion only).
+    :param groups_per_task: how many groups (data manifests) each Spark task writes.
+    """
+
+    def __init__(self, spark: Any | Callable[[], Any], *, groups_per_task: int = GROUPS_PER_TASK) -> None:
+        self._spark = spark
+        self._started = False
+        self.groups_per_task = groups_per_task
+        self.calls = 0
+
+    @property
+    def spark(self) -> Any:
+        if callable(self._spark):
+            self._spark = self._spark()
+            self._started = True
+        return self._spark
+
+    def stop(self) -> None:
+        """Stop the session if this writer started it."""
+        if self._started:
+            self._spark.stop()
+            self._started = False
+
+    def __call__(self, storage: Storage, plan: SnapshotPlan, groups: ManifestGroups) -> list[GroupManifests]:
+        self.calls += 1
+        count = len(groups)
+        if count == 0:
+            return []
+        tasks = max(1, math.ceil(count / self.groups_per_task))
+        log.info("%s: writing the manifests of %d files at version %d (%d groups) in %d Spark task(s)", plan.table,
+                 groups.files.num_rows, plan.delta_version, count, tasks)
+        key = staging_key(plan)
+        write_staging(storage, key, groups)
+        try:
+            results = (self.spark.sparkContext.parallelize(range(count), tasks)
+                       .mapPartitions(partial(write_task_groups, plan, key)).collect())
+        finally:
+            storage.delete(key)
+        results.sort(key=lambda result: result[0])
+        if [r[0] for r in results] != list(range(count)):
+            raise RuntimeError(f"{plan.table}: the Spark tasks returned groups {[r[0] for r in results]} of {count}")
+        return [group_manifests(r) for r in results]

@@ -1,0 +1,211 @@
+"""One converter, two engines: a full conversion's manifests are the same entry by entry, and grouped the same,
+whether written in process or by Spark executors (``airflow_deltaberg.spark.manifest_engine``).
+
+Every fixture table that converts is converted twice, in two copies: in process, and with ``SparkManifestWriter``
+on the shared local[2] session, with manifests of a few files each so that most tables get several groups. The
+manifest lists and every manifest are read back with fastavro and compared in order: the manifests (content,
+counts, partition summaries) and their entries (data file path relative to the table, partition tuple, record
+count, value/null counts, bounds; delete files with the data file they reference). A table the in-process
+conversion refuses must be refused by the Spark engine with the same error class.
+
+The spark-submit application (local[2], its own JVM) is compared the same way on a fixture with deletion vectors
+and on a synthetic 100k-file partitioned table whose checkpoint carries the stats only as a ``stats_parsed`` struct
+with the ``nullCounts`` alias (the default 25k files per manifest: four groups). Iceberg Java reads the
+Spark-written tables with Delta on Spark's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from engine_manifests import assert_same_manifests, spark_submit, written_manifests
+
+from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg import file_manifests
+from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+
+pytestmark = pytest.mark.spark
+
+#: A fixture table of 300k files (the synthetic table below covers the scale in less time).
+BIG_FIXTURE = "300k-add-files-100-col-partitioned"
+
+
+def delta_on_spark_rows(spark: Any, path: Path) -> list[str]:
+    # Delta on Spark reads log compactions by default; the fixture's are not reconciled (see test_delta_parity.py).
+    spark.conf.set("spark.databricks.delta.deltaLog.minorCompaction.useForReads", "false")
+    try:
+        return _canonical(spark.read.format("delta").load(str(path)).collect())
+    finally:
+        spark.conf.unset("spark.databricks.delta.deltaLog.minorCompaction.useForReads")
+
+
+def _canonical(rows: list[Any]) -> list[str]:
+    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str) for r in rows)
+
+
+# -- every fixture, both engines in this process ------------------------------------------------------------------
+
+
+@pytest.mark.fixture_tables(exclude=(BIG_FIXTURE,))
+def test_every_fixture_table_gets_the_same_manifests(spark: Any, fixture_table: str, tmp_path: Path,
+                                                     copy_fixture: Callable[[str], Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 3)  # several groups for most fixtures
+    local = copy_fixture(fixture_table)
+    with_spark = tmp_path / "with-spark" / fixture_table
+    shutil.copytree(local, with_spark)
+    try:
+        in_process = convert(str(local))
+    except DeltabergError as refused:
+        with pytest.raises(type(refused)):
+            convert(str(with_spark), manifest_writer=SparkManifestWriter(spark))
+        return
+
+    # Several groups per task: a task costs the shared session about 0.3 s.
+    by_spark = convert(str(with_spark), manifest_writer=SparkManifestWriter(spark, groups_per_task=8))
+
+    expected = written_manifests(in_process.metadata_location, local)
+    assert_same_manifests(expected, written_manifests(by_spark.metadata_location, with_spark))
+    assert sum(len(m["entries"]) for m in expected if m["list_row"]["content"] == 0) == in_process.files_added
+    if in_process.files_added > 3:
+        assert sum(m["list_row"]["content"] == 0 for m in expected) > 1
+
+
+# -- Iceberg Java reads what Spark wrote ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["table-with-dv-small", "basic_partitioned", "partition_cm/name"])
+def test_iceberg_java_reads_the_spark_written_table(iceberg_spark: Any, copy_fixture: Callable[[str], Path],
+                                                    monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 2)
+    path = copy_fixture(name)
+
+    result = convert(str(path), manifest_writer=SparkManifestWriter(iceberg_spark, groups_per_task=4),
+                     format_version=2)
+
+    iceberg = iceberg_spark.read.format("iceberg").load(result.metadata_location).collect()
+    assert _canonical(iceberg) == delta_on_spark_rows(iceberg_spark, path)
+
+
+# -- the spark-submit application -----------------------------------------------------------------------------------
+
+
+def synthetic_table(root: Path, files: int = 100_000, buckets: int = 12) -> Path:
+    """A Delta table of ``files`` adds (no data files: each add's stats give its numRecords) partitioned by an int
+    ``bucket`` (10 sorts before 2 as a string), listed by a checkpoint whose adds carry their stats only as a
+    ``stats_parsed`` struct naming the null counts ``nullCounts``."""
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "name", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "bucket", "type": "integer", "nullable": True, "metadata": {}},
+    ]}
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    metadata = {"id": "00000000-0000-0000-0000-000000000100", "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema), "partitionColumns": ["bucket"], "configuration": {},
+                "createdTime": 1_700_000_000_000}
+    (log / f"{0:020}.json").write_text(json.dumps({"protocol": protocol}) + "\n" + json.dumps({"metaData": metadata})
+                                       + "\n")
+    (log / f"{1:020}.json").write_text(json.dumps({"commitInfo": {"timestamp": 1_700_000_100_000}}) + "\n")
+    ids = np.arange(files, dtype=np.int64)
+    bucket = (ids * 7919 % buckets).astype(str)
+    values = pa.struct([("id", pa.int64()), ("name", pa.string())])
+    stats = pa.StructArray.from_arrays([
+        pa.array(ids % 50 + 1),
+        pa.StructArray.from_arrays([pa.array(ids * 100), pa.array(np.char.add("a", ids.astype(str)))],
+                                   fields=list(values)),
+        pa.StructArray.from_arrays([pa.array(ids * 100 + 99), pa.array(np.char.add("z", ids.astype(str)))],
+                                   fields=list(values)),
+        pa.StructArray.from_arrays([pa.array(ids % 3), pa.array(ids % 5)], fields=list(pa.struct(
+            [("id", pa.int64()), ("name", pa.int64())]))),
+    ], names=["numRecords", "minValues", "maxValues", "nullCounts"])
+    paths = np.char.add(np.char.add(np.char.add("bucket=", bucket), "/part-"), ids.astype(str))
+    adds = pa.StructArray.from_arrays([
+        pa.array(np.char.add(paths, ".parquet")),
+        pa.array([[("bucket", b)] for b in bucket.tolist()], pa.map_(pa.string(), pa.string())),
+        pa.array(ids % 1000 + 1000),
+        pa.array(np.full(files, 1_700_000_000_000)),
+        pa.array(np.full(files, True)),
+        pa.nulls(files, pa.string()),
+        stats,
+    ], names=["path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "stats_parsed"])
+    n = files + 2
+    string_map = pa.map_(pa.string(), pa.string())
+    protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
+    metadata_type = pa.struct([("id", pa.string()), ("format", pa.struct([("provider", pa.string()),
+                                                                         ("options", string_map)])),
+                               ("schemaString", pa.string()), ("partitionColumns", pa.list_(pa.string())),
+                               ("configuration", string_map), ("createdTime", pa.int64())])
+    checkpoint = pa.table({
+        "protocol": pa.concat_arrays([pa.array([protocol], protocol_type), pa.nulls(files + 1, protocol_type)]),
+        "metaData": pa.concat_arrays([pa.nulls(1, metadata_type),
+                                      pa.array([{**metadata, "format": {"provider": "parquet", "options": []},
+                                                 "configuration": []}], metadata_type),
+                                      pa.nulls(files, metadata_type)]),
+        "add": pa.concat_arrays([pa.nulls(2, adds.type), adds]),
+    })
+    assert checkpoint.num_rows == n
+    pq.write_table(checkpoint, log / f"{1:020}.checkpoint.parquet")
+    (log / "_last_checkpoint").write_text(json.dumps({"version": 1, "size": n}))
+    return root
+
+
+@pytest.mark.parametrize("name", ["table-with-dv-small", "synthetic-100k-nullCounts"])
+def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[str], Path], tmp_path: Path,
+                                                      name: str) -> None:
+    if name.startswith("synthetic"):
+        local = synthetic_table(tmp_path / "local" / name)
+    else:
+        local = copy_fixture(name)
+    with_spark = tmp_path / "with-spark" / name
+    shutil.copytree(local, with_spark)
+
+    in_process = convert(str(local))
+    result_file = tmp_path / "result.json"
+    completed = spark_submit("--table", str(with_spark), "--result-file", str(result_file))
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    document = json.loads(result_file.read_text())
+
+    assert (document["mode"], document["files_added"]) == ("full", in_process.files_added)
+    expected = written_manifests(in_process.metadata_location, local)
+    assert_same_manifests(expected, written_manifests(document["metadata_location"], with_spark))
+    if name.startswith("synthetic"):
+        assert [len(m["entries"]) for m in expected] == [25_000] * 4
+        null_counts = expected[0]["entries"][0]["data_file"]["null_value_counts"]
+        assert null_counts and all(c["value"] is not None for c in null_counts)
+    # Nothing of the attempt is left next to the metadata but what the metadata names.
+    staged = [p.name for p in (with_spark / "_iceberg" / "metadata").iterdir() if "staging" in p.name]
+    assert staged == []
+
+
+# -- a failed Spark job ---------------------------------------------------------------------------------------------
+
+
+class _FailingSpark:
+    """A session whose job fails once the driver has staged the groups."""
+
+    class sparkContext:  # noqa: N801 - SparkSession's attribute name
+        @staticmethod
+        def parallelize(*_: Any) -> Any:
+            raise RuntimeError("executor lost")
+
+
+def test_a_failed_spark_job_leaves_nothing_under_iceberg(copy_fixture: Callable[[str], Path]) -> None:
+    """The staging file and the manifests of the attempt go with it; no Spark JVM needed."""
+    path = copy_fixture("table-with-dv-small")
+
+    with pytest.raises(RuntimeError, match="executor lost"):
+        convert(str(path), manifest_writer=SparkManifestWriter(_FailingSpark()))
+
+    left = [p.name for p in (path / "_iceberg").rglob("*") if p.is_file()] if (path / "_iceberg").exists() else []
+    assert left == []
