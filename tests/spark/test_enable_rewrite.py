@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import QueryBuilder, write_deltalake
+from support.spark_session import delta_spark_jars
 
 from airflow_deltaberg.core.compat.validate import validate
 from airflow_deltaberg.core.delta import DeltaTable
@@ -36,8 +37,6 @@ from airflow_deltaberg.spark.enable_rewrite import run_rewrite
 pytestmark = pytest.mark.spark
 
 FIELD_ID = b"PARQUET:field_id"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-JARS_DIR = (REPO_ROOT / os.environ.get("DELTABERG_JARS_DIR", ".jars")).resolve()  # as tests/spark/conftest.py
 UTC = dt.UTC
 
 
@@ -302,7 +301,7 @@ def test_spark_submit_runs_the_application(spark: Any, tmp_path: Path) -> None:
     byte_short_table(path)
     before = deltalake_rows(path)
     result_file = tmp_path / "result.json"
-    jars = ",".join(sorted(str(p) for p in JARS_DIR.glob("delta-s*.jar")))  # delta-spark, delta-storage
+    jars = delta_spark_jars()
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("SPARK_HOME", None)  # the pyspark install's own
