@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +55,41 @@ def latest_version(location: str | Path) -> int:
     """The highest commit version in a local table's _delta_log."""
     log = Path(location) / "_delta_log"
     return max(int(p.name.split(".")[0]) for p in log.glob("*.json") if p.name.split(".")[0].isdigit())
+
+
+# -- hand-written commits: the raw NDJSON, as a test edits it ------------------------------------------------
+
+
+def commit_file(root: Path, version: int) -> Path:
+    """The JSON commit file of ``version`` in a local table."""
+    return Path(root) / "_delta_log" / f"{version:020d}.json"
+
+
+def read_actions(path: Path) -> list[dict[str, Any]]:
+    """The actions of a JSON commit file (blank lines skipped)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_actions(path: Path, actions: Sequence[Mapping[str, Any]]) -> Path:
+    """Write ``actions`` as ``path``, one JSON line each, nothing added (replaces the file)."""
+    path.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return path
+
+
+def edit_commit(root: Path, version: int, change: Callable[[list[dict[str, Any]]], None]) -> Path:
+    """Apply ``change`` to the actions of commit ``version`` (in place) and write them back."""
+    path = commit_file(root, version)
+    actions = read_actions(path)
+    change(actions)
+    return write_actions(path, actions)
+
+
+def append_commit(root: Path, actions: Sequence[Mapping[str, Any]], version: int | None = None,
+                  operation: str | None = "WRITE") -> int:
+    """Write ``actions`` as commit ``version`` (by default the one after the newest on disk), after a commitInfo
+    with a fixed timestamp (1_800_000_000_000 + version) unless ``operation`` is None; returns the version."""
+    version = latest_version(root) + 1 if version is None else version
+    info = [] if operation is None else [{"commitInfo": {"timestamp": 1_800_000_000_000 + version,
+                                                         "operation": operation}}]
+    write_actions(commit_file(root, version), [*info, *actions])
+    return version

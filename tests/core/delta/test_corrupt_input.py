@@ -14,6 +14,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.delta_log import commit_file
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import (
@@ -24,10 +25,6 @@ from airflow_deltaberg.core.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-
-
-def commit(root: Path, version: int) -> Path:
-    return root / "_delta_log" / f"{version:020d}.json"
 
 
 def paths(location: str | Path, version: int | None = None, **kwargs) -> list[str]:
@@ -70,7 +67,7 @@ def insert_line(path: Path, index: int, line: bytes) -> int:
 @pytest.mark.parametrize("keep_newline", [False, True], ids=["cut", "cut-then-newline"])
 def test_truncated_last_line_of_a_commit(copy_fixture, fixtures_dir, table, version, keep_newline):
     root = copy_fixture(table)
-    path = commit(root, version)
+    path = commit_file(root, version)
     data = path.read_bytes()
     head, last = data.rstrip(b"\n").rsplit(b"\n", 1)
     line_no = head.count(b"\n") + 2
@@ -99,7 +96,7 @@ GARBAGE_LINES = {
 @pytest.mark.parametrize("garbage", list(GARBAGE_LINES), ids=list(GARBAGE_LINES))
 def test_garbage_line_in_the_middle_of_a_commit(copy_fixture, garbage):
     root = copy_fixture("cdf-table")  # latest is 3; commit 2 has 13 lines (commitInfo, add, cdc, remove)
-    path = commit(root, 2)
+    path = commit_file(root, 2)
     line_no = insert_line(path, 2, GARBAGE_LINES[garbage])
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).snapshot()
@@ -120,7 +117,7 @@ def test_malformed_protocol_or_metadata_action(copy_fixture, action):
     """Valid JSON, but a protocol/metaData action without its required fields: a corrupt log, not a
     KeyError/ValueError from deep inside the engine."""
     root = copy_fixture("cdf-table")
-    path = commit(root, 3)
+    path = commit_file(root, 3)
     insert_line(path, 1, json.dumps(MALFORMED_ACTIONS[action]).encode())
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).snapshot()
@@ -129,7 +126,7 @@ def test_malformed_protocol_or_metadata_action(copy_fixture, action):
 
 def test_schema_string_that_is_not_json(copy_fixture):
     root = copy_fixture("cdf-table")
-    path = commit(root, 3)
+    path = commit_file(root, 3)
     metadata = {
         "id": "x", "format": {"provider": "parquet", "options": {}}, "schemaString": "{not json",
         "partitionColumns": [], "configuration": {},
@@ -146,7 +143,7 @@ def test_empty_commit_file(copy_fixture):
     """A zero-byte commit: deltalake reads it as a commit without actions. Either that, or a
     CorruptLogError naming the file -- not an IndexError."""
     root = copy_fixture("cdf-table")
-    path = commit(root, 3)
+    path = commit_file(root, 3)
     path.write_bytes(b"")
     try:
         snap = DeltaTable(str(root)).snapshot()
@@ -173,7 +170,7 @@ def test_missing_checkpoint_part_with_earlier_commits_deleted(copy_fixture, tabl
     root = copy_fixture(table)
     _part(root, version, missing, total).unlink()
     for v in range(version):
-        commit(root, v).unlink()
+        commit_file(root, v).unlink()
     present = _part(root, version, 1, total).name
     table_ = DeltaTable(str(root))
     with pytest.raises(MissingCheckpointPartError) as info:
@@ -195,7 +192,7 @@ def test_only_an_incomplete_checkpoint_left(copy_fixture):
     root = copy_fixture("v1-multi-part-struct-stats-only")
     _part(root, 5, 2, 3).unlink()
     for v in range(6):
-        commit(root, v).unlink()
+        commit_file(root, v).unlink()
     with pytest.raises(MissingCheckpointPartError) as info:
         DeltaTable(str(root)).snapshot()
     assert_error_names(info.value, root)
@@ -266,7 +263,7 @@ def test_stats_that_are_not_json_in_a_commit(tmp_path):
     root = tmp_path / "table"
     deltalake.write_deltalake(str(root), pa.table({"a": [1, 2, 3]}))
     deltalake.write_deltalake(str(root), pa.table({"a": [4]}), mode="append")
-    broken = commit(root, 1)
+    broken = commit_file(root, 1)
     actions = [json.loads(line) for line in broken.read_text().splitlines()]
     for action in actions:
         if "add" in action:
@@ -420,7 +417,7 @@ def test_version_past_the_end(fixtures_dir, version):
 
 def test_gap_in_commits(copy_fixture, fixtures_dir):
     root = copy_fixture("cdf-table")
-    missing = commit(root, 1)
+    missing = commit_file(root, 1)
     missing.unlink()
     table = DeltaTable(str(root))
     for call in (table.snapshot, lambda: table.snapshot(2), lambda: table.snapshot(1)):
@@ -433,7 +430,7 @@ def test_gap_in_commits(copy_fixture, fixtures_dir):
 def test_gap_after_a_checkpoint(copy_fixture, fixtures_dir):
     name = "external-table-different-nullability"  # checkpoint at 2, commits 0..5
     root = copy_fixture(name)
-    missing = commit(root, 4)
+    missing = commit_file(root, 4)
     missing.unlink()
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).snapshot()
@@ -445,17 +442,17 @@ def test_commit_range_across_a_gap(copy_fixture):
     """commits(0, 3) with commit 1 missing but 0, 2 and 3 present: the log has a gap (corrupt), which
     is not the same as commits removed by log cleanup (VersionNotFoundError)."""
     root = copy_fixture("cdf-table")
-    commit(root, 1).unlink()
+    commit_file(root, 1).unlink()
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).commits(0, 3)
-    assert_error_names(info.value, root, version=1, file=commit(root, 1))
+    assert_error_names(info.value, root, version=1, file=commit_file(root, 1))
 
 
 # -- protocol -----------------------------------------------------------------------------------
 
 
 def _append_commit(root: Path, version: int, *actions: dict) -> Path:
-    path = commit(root, version)
+    path = commit_file(root, version)
     path.write_text("".join(json.dumps(a) + "\n" for a in actions))
     return path
 

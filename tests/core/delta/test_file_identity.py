@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.table import StaticTable
+from support.delta_log import commit_file, edit_commit, read_actions
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -30,22 +31,6 @@ from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.convert import convert
 
 DV_TABLE = "table-with-dv-small"  # version 0 adds one file of 10 rows; version 1 gives it a DV (8 rows left)
-
-
-def log_file(root: Path, version: int) -> Path:
-    return root / "_delta_log" / f"{version:020d}.json"
-
-
-def read_actions(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def edit_commit(root: Path, version: int, change: Callable[[list[dict[str, Any]]], None]) -> Path:
-    path = log_file(root, version)
-    actions = read_actions(path)
-    change(actions)
-    path.write_text("".join(json.dumps(a) + "\n" for a in actions))
-    return path
 
 
 def kernel_values(root: Path, column: str) -> list[Any]:
@@ -84,7 +69,7 @@ def add_path(actions: list[dict[str, Any]]) -> str:
 
 def test_a_commit_adding_a_file_twice_is_refused(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    path = add_path(read_actions(log_file(root, 1)))
+    path = add_path(read_actions(commit_file(root, 1)))
     commit = edit_commit(root, 1, duplicate_add)
 
     for load in (lambda: DeltaTable(str(root)).snapshot(), lambda: DeltaTable(str(root)).commits(1)):
@@ -100,9 +85,9 @@ def test_a_commit_adding_a_file_twice_is_refused(tmp_path: Path) -> None:
 
 def test_a_commit_removing_a_file_twice_is_refused(tmp_path: Path) -> None:
     root = make_table(tmp_path)
-    path = add_path(read_actions(log_file(root, 0)))
+    path = add_path(read_actions(commit_file(root, 0)))
     remove = {"remove": {"path": path, "deletionTimestamp": 1, "dataChange": True}}
-    (log_file(root, 2)).write_text(json.dumps(remove) + "\n" + json.dumps(remove) + "\n")
+    (commit_file(root, 2)).write_text(json.dumps(remove) + "\n" + json.dumps(remove) + "\n")
 
     with pytest.raises(CorruptLogError, match="two remove actions") as info:
         DeltaTable(str(root)).snapshot()
@@ -112,7 +97,7 @@ def test_a_commit_removing_a_file_twice_is_refused(tmp_path: Path) -> None:
 def test_an_add_and_a_remove_of_one_path_in_one_commit_stay_allowed(tmp_path: Path) -> None:
     """Different types: a new deletion vector is a remove and an add of the same path in one commit."""
     root = make_table(tmp_path)
-    path = add_path(read_actions(log_file(root, 1)))
+    path = add_path(read_actions(commit_file(root, 1)))
     edit_commit(root, 1, lambda actions: actions.append(
         {"remove": {"path": path, "deletionTimestamp": 1, "dataChange": True}}))
     # The add and the remove of one commit: Delta on Spark keeps the add (the file stays live).
@@ -145,7 +130,7 @@ def test_a_data_file_live_with_two_deletion_vectors_is_refused(
     copy_fixture: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = copy_fixture(DV_TABLE)
-    path = add_path(read_actions(log_file(root, 0)))
+    path = add_path(read_actions(commit_file(root, 0)))
     commit = edit_commit(root, 1, drop_removes)
     # deltalake returns both copies: the 10 rows without a DV and the 8 rows with it.
     assert len(kernel_values(root, "value")) == 18
@@ -172,7 +157,7 @@ def test_a_checkpoint_holding_a_file_live_twice_is_refused(copy_fixture: Callabl
     with pytest.raises(CorruptLogError):
         DeltaTable(str(root)).snapshot()
     # A JSON "checkpoint" is enough here: write the two adds as the V2 JSON checkpoint of version 1.
-    adds = [a for v in (0, 1) for a in read_actions(log_file(root, v)) if "add" in a or "protocol" in a
+    adds = [a for v in (0, 1) for a in read_actions(commit_file(root, v)) if "add" in a or "protocol" in a
             or "metaData" in a]
     name = "00000000000000000001.checkpoint.4c4a1e3b-8d6e-4f0e-9a55-3a4b2c1d0e9f.json"
     checkpoint = root / "_delta_log" / name
@@ -202,7 +187,7 @@ def test_a_file_live_under_two_spellings_is_refused(copy_fixture: Callable[[str]
     `part-...` misses commit 0's add of `part%2D...`, and it reads the one data file twice (10 rows without the
     deletion vector, 8 with it). Iceberg cannot hold one file twice: refused, naming both spellings."""
     root = copy_fixture(DV_TABLE)
-    path = add_path(read_actions(log_file(root, 0)))
+    path = add_path(read_actions(commit_file(root, 0)))
 
     def percent_encoded(actions: list[dict[str, Any]]) -> None:
         body = next(a["add"] for a in actions if "add" in a)
@@ -221,7 +206,7 @@ def test_a_file_live_under_two_spellings_is_refused(copy_fixture: Callable[[str]
 @pytest.mark.parametrize("spelling", ["percent", "dot_slash", "absolute"])
 def test_two_adds_of_one_file_spelled_two_ways_are_refused(tmp_path: Path, spelling: str) -> None:
     root = make_table(tmp_path)
-    path = add_path(read_actions(log_file(root, 0)))
+    path = add_path(read_actions(commit_file(root, 0)))
     other = {"percent": respell(path), "dot_slash": f"./{path}", "absolute": (root / path).as_uri()}[spelling]
 
     def add_again(actions: list[dict[str, Any]]) -> None:
@@ -239,8 +224,8 @@ def test_a_remove_spelled_otherwise_leaves_the_add_live_as_delta_readers_do(tmp_
     """The reconciliation key is the path as logged (Delta on Spark, deltalake): a remove of `part%2D...` does not
     remove the add of `part-...`; the file stays live, once, and the conversion returns deltalake's rows."""
     root = make_table(tmp_path)
-    path = add_path(read_actions(log_file(root, 0)))
-    log_file(root, 2).write_text(json.dumps({"remove": {"path": respell(path), "deletionTimestamp": 1,
+    path = add_path(read_actions(commit_file(root, 0)))
+    commit_file(root, 2).write_text(json.dumps({"remove": {"path": respell(path), "deletionTimestamp": 1,
                                                         "dataChange": True}}) + "\n")
     expected = kernel_values(root, "id")
     assert expected == [0, 1, 2, 10, 11, 12]
@@ -256,7 +241,7 @@ def test_a_checkpoint_spelling_and_a_commit_spelling_are_compared_as_logged(tmp_
     import pyarrow.parquet as pq
 
     root = make_table(tmp_path)
-    path = add_path(read_actions(log_file(root, 0)))
+    path = add_path(read_actions(commit_file(root, 0)))
     deltalake.DeltaTable(str(root)).create_checkpoint()
     checkpoint = root / "_delta_log" / "00000000000000000001.checkpoint.parquet"
     data = pq.read_table(checkpoint)
@@ -266,7 +251,7 @@ def test_a_checkpoint_spelling_and_a_commit_spelling_are_compared_as_logged(tmp_
     respelled = pa.StructArray.from_arrays(fields, fields=list(add.type), mask=add.is_null())
     pq.write_table(data.set_column(data.schema.get_field_index("add"), data.schema.field("add"), respelled),
                    checkpoint)
-    log_file(root, 2).write_text(json.dumps({"remove": {"path": path, "deletionTimestamp": 1,
+    commit_file(root, 2).write_text(json.dumps({"remove": {"path": path, "deletionTimestamp": 1,
                                                         "dataChange": True}}) + "\n")
 
     assert kernel_values(root, "id") == [0, 1, 2, 10, 11, 12]
@@ -286,11 +271,11 @@ def test_a_commit_without_deletion_vectors_removes_a_file_of_a_checkpoint_with_s
     root = copy_fixture(DV_TABLE)
     part = next(root.glob("part-*.parquet"))
     shutil.copyfile(part, root / "other.parquet")
-    log_file(root, 2).write_text(json.dumps({"add": {
+    commit_file(root, 2).write_text(json.dumps({"add": {
         "path": "other.parquet", "partitionValues": {}, "size": part.stat().st_size, "modificationTime": 1,
         "dataChange": True, "stats": json.dumps({"numRecords": 10})}}) + "\n")
     deltalake.DeltaTable(str(root)).create_checkpoint()
-    log_file(root, 3).write_text(json.dumps({"remove": {"path": "other.parquet", "deletionTimestamp": 2,
+    commit_file(root, 3).write_text(json.dumps({"remove": {"path": "other.parquet", "deletionTimestamp": 2,
                                                         "dataChange": True}}) + "\n")
     expected = kernel_values(root, "value")
     assert len(expected) == 8  # the data file with its deletion vector; other.parquet is removed

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.table import StaticTable
+from support.delta_log import commit_file, edit_commit, read_actions, write_actions
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -32,27 +33,6 @@ from airflow_deltaberg.core.delta.schema import MAX_TYPE_DEPTH
 from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError
 
 # -- helpers -----------------------------------------------------------------------------------------------
-
-
-def log_file(root: Path, version: int) -> Path:
-    return root / "_delta_log" / f"{version:020d}.json"
-
-
-def read_actions(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def write_actions(path: Path, actions: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(a) + "\n" for a in actions))
-
-
-def edit_commit(root: Path, version: int, change: Callable[[list[dict[str, Any]]], None]) -> Path:
-    """Apply ``change`` to the actions of a commit (in place) and write them back."""
-    path = log_file(root, version)
-    actions = read_actions(path)
-    change(actions)
-    write_actions(path, actions)
-    return path
 
 
 def action(actions: list[dict[str, Any]], name: str, index: int = 0) -> dict[str, Any]:
@@ -153,7 +133,7 @@ def test_two_protocol_or_metadata_actions_in_one_commit(tmp_path, capsys, kind):
     no longer matched the data). Refused for a snapshot and for a commit range (incremental conversion)."""
     root = make_table(tmp_path)
     convert_first(root, 0, capsys)
-    first = action(read_actions(log_file(root, 0)), kind)
+    first = action(read_actions(commit_file(root, 0)), kind)
     path = edit_commit(root, 1, lambda actions: actions.extend([{kind: first}, {kind: _second(kind, first)}]))
 
     with pytest.raises(CorruptLogError) as info:
@@ -214,7 +194,7 @@ def test_a_compaction_that_disagrees_with_its_commits_is_ignored(tmp_path):
     root = make_table(tmp_path, commits=5)
     expected = {v: our_paths(root, v) for v in range(5)}
     compaction = root / "_delta_log" / f"{1:020d}.{3:020d}.compacted.json"
-    compaction.write_bytes(log_file(root, 1).read_bytes())
+    compaction.write_bytes(commit_file(root, 1).read_bytes())
     assert [(c.start, c.end) for c in list_log(DeltaTable(str(root)).storage).compactions] == [(1, 3)]
 
     for version in range(5):
@@ -229,7 +209,7 @@ def _dlt_table(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     """Version 0's metaData has no schemaString (as Delta Live Tables writes it); version 1 replaces it with a
     complete one. Returns the root and the complete metaData."""
     root = make_table(tmp_path)
-    metadata = action(read_actions(log_file(root, 0)), "metaData")
+    metadata = action(read_actions(commit_file(root, 0)), "metaData")
     edit_commit(root, 0, lambda actions: action(actions, "metaData").pop("schemaString"))
     edit_commit(root, 1, lambda actions: actions.append({"metaData": metadata}))
     return root, metadata
@@ -261,7 +241,7 @@ def test_reading_the_version_of_an_incomplete_metadata_is_refused(tmp_path, caps
     root, _ = _dlt_table(tmp_path)
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).snapshot(0)
-    assert_names(info.value, root, version=0, file=log_file(root, 0), also=("schemaString",))
+    assert_names(info.value, root, version=0, file=commit_file(root, 0), also=("schemaString",))
     for command in ("inspect", "convert"):
         assert main([command, str(root), "--version", "0"]) == 2
         err = capsys.readouterr().err
@@ -274,10 +254,10 @@ def test_metadata_changes_of_a_commit_range(tmp_path):
     (here a Delta Live Tables style metaData without schemaString in commit 2, superseded in commit 3): the
     incremental conversion must not build a snapshot of version 2 from it."""
     root = make_table(tmp_path)
-    metadata = action(read_actions(log_file(root, 0)), "metaData")
+    metadata = action(read_actions(commit_file(root, 0)), "metaData")
     incomplete = {k: v for k, v in metadata.items() if k != "schemaString"}
     edit_commit(root, 2, lambda actions: actions.append({"metaData": incomplete}))
-    write_actions(log_file(root, 3), [{"commitInfo": {"timestamp": 1}}, {"metaData": metadata}])
+    write_actions(commit_file(root, 3), [{"commitInfo": {"timestamp": 1}}, {"metaData": metadata}])
     table = DeltaTable(str(root))
 
     assert table.snapshot().schema.names == ["id", "p"]
@@ -285,7 +265,7 @@ def test_metadata_changes_of_a_commit_range(tmp_path):
     assert table.commits(3).metadata_changes()[3].schema_string == metadata["schemaString"]
     with pytest.raises(CorruptLogError) as info:
         table.commits(1).metadata_changes()
-    assert_names(info.value, root, version=2, file=log_file(root, 2), also=("schemaString",))
+    assert_names(info.value, root, version=2, file=commit_file(root, 2), also=("schemaString",))
 
 
 def test_superseded_metadata_that_is_garbage_does_not_break_the_partition_hint(tmp_path):
@@ -293,7 +273,7 @@ def test_superseded_metadata_that_is_garbage_does_not_break_the_partition_hint(t
     reader infers them instead of failing."""
     root = make_table(tmp_path)
     expected = peer_paths(root)
-    metadata = action(read_actions(log_file(root, 0)), "metaData")
+    metadata = action(read_actions(commit_file(root, 0)), "metaData")
     edit_commit(root, 0, lambda actions: action(actions, "metaData").update(
         configuration=["not", "a", "map"], schemaString="[" * 5000))
     edit_commit(root, 1, lambda actions: actions.append({"metaData": metadata}))
@@ -416,7 +396,7 @@ def test_file_actions_written_with_blanks(tmp_path):
     """'{ "add": ...}' is an add too (it used to be taken for an unknown action and dropped)."""
     root = make_table(tmp_path)
     expected = peer_paths(root)
-    path = log_file(root, 1)
+    path = commit_file(root, 1)
     path.write_text("".join(line.replace('{"add":', '{ "add" :', 1) + "\n" for line in path.read_text().splitlines()))
     assert path.read_text().count('{ "add" :') == 2
     assert our_paths(root) == expected == peer_paths(root)

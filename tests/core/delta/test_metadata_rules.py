@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from support.delta_log import commit_file, read_actions, write_actions
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -31,16 +32,11 @@ CM_TABLE = "cdf-column-mapping-name-mode"  # name mode, columns id, name, value 
 CM_ID_TABLE = "cdf-column-mapping-id-mode"  # the same in id mode
 
 
-def log_file(root: Path, version: int) -> Path:
-    return root / "_delta_log" / f"{version:020d}.json"
-
-
 def edit_action(root: Path, version: int, name: str, change: Callable[[dict[str, Any]], None]) -> Path:
-    path = log_file(root, version)
-    actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path = commit_file(root, version)
+    actions = read_actions(path)
     change(next(a[name] for a in actions if name in a))
-    path.write_text("".join(json.dumps(a) + "\n" for a in actions))
-    return path
+    return write_actions(path, actions)
 
 
 def edit_schema(root: Path, change: Callable[[dict[str, Any]], None]) -> Path:
@@ -86,11 +82,11 @@ def assert_refused(root: Path, commit: Path, words: str, capsys: pytest.CaptureF
 
 def append_metadata(root: Path, change: Callable[[dict[str, Any]], None]) -> Path:
     """Commit a copy of the table's metaData (changed by ``change``) as the next version."""
-    first = [json.loads(line) for line in log_file(root, 0).read_text().splitlines() if line.strip()]
+    first = [json.loads(line) for line in commit_file(root, 0).read_text().splitlines() if line.strip()]
     body = json.loads(json.dumps(next(a["metaData"] for a in first if "metaData" in a)))
     change(body)
     version = max(int(p.name[:20]) for p in (root / "_delta_log").glob("*.json")) + 1
-    path = log_file(root, version)
+    path = commit_file(root, version)
     path.write_text(json.dumps({"metaData": body}) + "\n")
     return path
 
@@ -227,7 +223,7 @@ def test_an_invalid_protocol_is_refused(
     tmp_path: Path, fields: dict[str, Any], words: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = make_table(tmp_path)
-    commit = log_file(root, 2)
+    commit = commit_file(root, 2)
     commit.write_text(json.dumps({"protocol": fields}) + "\n")
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).snapshot()
@@ -247,14 +243,14 @@ def test_an_invalid_protocol_is_refused(
 ])
 def test_valid_protocols_stay_allowed(tmp_path: Path, fields: dict[str, Any]) -> None:
     root = make_table(tmp_path)
-    log_file(root, 2).write_text(json.dumps({"protocol": fields}) + "\n")
+    commit_file(root, 2).write_text(json.dumps({"protocol": fields}) + "\n")
     assert DeltaTable(str(root)).snapshot().protocol.min_writer_version == fields["minWriterVersion"]
 
 
 def test_an_unknown_reader_feature_is_named_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A feature name holding a newline is shown escaped: the CLI prints one line per error."""
     root = make_table(tmp_path)
-    log_file(root, 2).write_text(json.dumps({"protocol": {
+    commit_file(root, 2).write_text(json.dumps({"protocol": {
         "minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["columnMapping\nx"],
         "writerFeatures": ["columnMapping\nx"]}}) + "\n")
     with pytest.raises(UnsupportedFeatureError, match=r"'columnMapping\\nx'") as info:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.table import StaticTable
+from support.delta_log import append_commit, commit_file
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -43,10 +44,8 @@ def add_action(path: str, size: int) -> dict[str, Any]:
 
 
 def commit_raw(root: Path, actions: list[dict[str, Any]]) -> Path:
-    version = deltalake.DeltaTable(str(root)).version() + 1
-    path = root / "_delta_log" / f"{version:020d}.json"
-    path.write_text("".join(json.dumps(a) + "\n" for a in actions))
-    return path
+    """The next commit, ``actions`` only (no commitInfo); returns its file."""
+    return commit_file(root, append_commit(root, actions, operation=None))
 
 
 def assert_refused(root: Path, commit: Path, path: str, words: str,

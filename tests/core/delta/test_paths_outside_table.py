@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import QueryBuilder, write_deltalake
+from support.delta_log import append_commit
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.compat import validate
@@ -44,18 +45,11 @@ def add_action(path: str, size: int = 100, dv: dict[str, Any] | None = None) -> 
     return {"add": body}
 
 
-def commit_raw(root: Path, actions: list[dict[str, Any]]) -> int:
-    version = deltalake.DeltaTable(str(root)).version() + 1
-    lines = [{"commitInfo": {"timestamp": 1_800_000_000_000 + version, "operation": "WRITE"}}, *actions]
-    (root / "_delta_log" / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in lines))
-    return version
-
-
 def replace_with_dv(root: Path, descriptor: dict[str, Any]) -> int:
     """Commit the table's data file again with a deletion vector (and its remove without one)."""
     part = next(root.glob("part-*.parquet"))
     remove = {"remove": {"path": part.name, "deletionTimestamp": 1, "dataChange": True}}
-    return commit_raw(root, [remove, add_action(part.name, size=part.stat().st_size, dv=descriptor)])
+    return append_commit(root, [remove, add_action(part.name, size=part.stat().st_size, dv=descriptor)])
 
 
 def iceberg_files(root: Path) -> dict[str, bytes]:
@@ -80,7 +74,7 @@ def test_relative_add_path_leaving_the_table_is_refused(tmp_path: Path, path: st
     root = tmp_path / "t"
     make_table(root)
     outside_file(tmp_path)
-    version = commit_raw(root, [add_action(path)])
+    version = append_commit(root, [add_action(path)])
 
     with pytest.raises(PathOutsideTableError) as info:
         DeltaTable(str(root)).snapshot()
@@ -96,7 +90,7 @@ def test_deltalake_refuses_an_encoded_dot_dot_segment_too(tmp_path: Path) -> Non
     root = tmp_path / "t"
     make_table(root)
     outside_file(tmp_path)
-    commit_raw(root, [add_action("..%2Foutside.parquet")])
+    append_commit(root, [add_action("..%2Foutside.parquet")])
     with pytest.raises(Exception, match="illegal character sequence"):
         kernel_ids(root)
 
@@ -104,7 +98,7 @@ def test_deltalake_refuses_an_encoded_dot_dot_segment_too(tmp_path: Path) -> Non
 def test_remove_path_leaving_the_table_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "t"
     make_table(root)
-    version = commit_raw(root, [{"remove": {"path": "../../etc/passwd", "deletionTimestamp": 1,
+    version = append_commit(root, [{"remove": {"path": "../../etc/passwd", "deletionTimestamp": 1,
                                             "dataChange": True}}])
     with pytest.raises(PathOutsideTableError, match="remove") as info:
         DeltaTable(str(root)).snapshot()
@@ -114,7 +108,7 @@ def test_remove_path_leaving_the_table_is_refused(tmp_path: Path) -> None:
 def test_commit_range_with_a_path_leaving_the_table_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "t"
     make_table(root)
-    version = commit_raw(root, [add_action("..%2Foutside.parquet")])
+    version = append_commit(root, [add_action("..%2Foutside.parquet")])
     with pytest.raises(PathOutsideTableError) as info:
         DeltaTable(str(root)).commits(1)
     assert info.value.version == version
@@ -127,7 +121,7 @@ def test_every_command_refuses_and_convert_writes_nothing(tmp_path: Path, capsys
     root = tmp_path / "t"
     make_table(root)
     outside_file(tmp_path)
-    commit_raw(root, [add_action("../outside.parquet")])
+    append_commit(root, [add_action("../outside.parquet")])
 
     assert main([command, str(root)]) == 2
     err = capsys.readouterr().err
@@ -143,7 +137,7 @@ def test_incremental_conversion_refuses_a_new_commit_leaving_the_table(tmp_path:
     assert convert(str(root)).mode == "full"
     before = iceberg_files(root)
     outside_file(tmp_path)
-    version = commit_raw(root, [add_action("x/../../outside.parquet")])
+    version = append_commit(root, [add_action("x/../../outside.parquet")])
 
     with pytest.raises(PathOutsideTableError) as info:
         convert(str(root))
@@ -160,7 +154,7 @@ def test_dot_segments_that_stay_inside_are_resolved_as_delta_does(tmp_path: Path
     make_table(root)
     (root / "data").mkdir()
     inside = outside_file(root / "data", "x.parquet")
-    commit_raw(root, [add_action("nowhere/../data/./x.parquet", size=inside.stat().st_size)])
+    append_commit(root, [add_action("nowhere/../data/./x.parquet", size=inside.stat().st_size)])
 
     result = convert(str(root))
     scanned = StaticTable.from_metadata(result.metadata_location).scan()
@@ -175,7 +169,7 @@ def test_the_check_resolves_only_paths_that_need_it(tmp_path: Path, monkeypatch:
     root = tmp_path / "t"
     make_table(root)
     plain = [add_action(f"part=a/plain-{i}.parquet") for i in range(500)]
-    commit_raw(root, [*plain, add_action("odd%20name.parquet"), add_action("dots..in..name.parquet"),
+    append_commit(root, [*plain, add_action("odd%20name.parquet"), add_action("dots..in..name.parquet"),
                       add_action("encoded%2Edot.parquet")])
     import airflow_deltaberg.core.delta.paths as paths_module
 
@@ -257,7 +251,7 @@ def test_absolute_paths_outside_the_root_are_reported_by_validate_and_convert(
     clone_source.mkdir()
     files = [outside_file(clone_source, f"f{i}.parquet") for i in range(4)]
     inside = next(root.glob("part-*.parquet"))
-    commit_raw(root, [add_action(files[0].as_uri(), size=files[0].stat().st_size),
+    append_commit(root, [add_action(files[0].as_uri(), size=files[0].stat().st_size),
                       add_action(f"file:{files[1]}", size=files[1].stat().st_size),
                       add_action(str(files[2]), size=files[2].stat().st_size),
                       add_action(f"file://{root}/../source/f3.parquet", size=files[3].stat().st_size),
@@ -315,7 +309,7 @@ def test_incremental_conversion_counts_the_new_files_outside_the_root(tmp_path: 
     make_table(root)
     assert convert(str(root)).files_outside_table == 0
     elsewhere = outside_file(tmp_path)
-    commit_raw(root, [add_action(elsewhere.as_uri(), size=elsewhere.stat().st_size)])
+    append_commit(root, [add_action(elsewhere.as_uri(), size=elsewhere.stat().st_size)])
     result = convert(str(root))
     assert (result.mode, result.files_added, result.files_outside_table) == ("incremental", 1, 1)
     assert result.to_dict()["files_outside_table"] == 1

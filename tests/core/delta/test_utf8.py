@@ -17,14 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
+from support.delta_log import commit_file
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import CorruptLogError
-
-
-def log_file(root: Path, version: int) -> Path:
-    return root / "_delta_log" / f"{version:020d}.json"
 
 
 def make_table(tmp_path: Path, text: list[str] | None = None) -> Path:
@@ -47,7 +44,7 @@ def replace_in_line(path: Path, kind: str, old: bytes, new: bytes) -> int:
 
 def assert_refused(root: Path, version: int, words: tuple[str, ...], capsys: pytest.CaptureFixture[str],
                    file: str | None = None, commands: tuple[str, ...] = ("inspect", "validate", "convert")) -> None:
-    name = file or log_file(root, version).name
+    name = file or commit_file(root, version).name
     loads: list[Callable[[], object]] = [lambda: DeltaTable(str(root)).snapshot().files]
     if file is None:
         loads.append(lambda: DeltaTable(str(root)).commits(version))
@@ -78,7 +75,7 @@ def test_a_byte_that_is_not_utf8_is_refused(
     tmp_path: Path, kind: str, old: bytes, new: bytes, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = make_table(tmp_path)
-    line = replace_in_line(log_file(root, 1), kind, old, new)
+    line = replace_in_line(commit_file(root, 1), kind, old, new)
     assert_refused(root, 1, (f"line {line}", "UTF-8"), capsys)
 
 
@@ -92,20 +89,20 @@ def test_an_escaped_lone_surrogate_is_refused(
     tmp_path: Path, kind: str, old: bytes, new: bytes, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = make_table(tmp_path)
-    line = replace_in_line(log_file(root, 1), kind, old, new)
+    line = replace_in_line(commit_file(root, 1), kind, old, new)
     assert_refused(root, 1, (f"line {line}", "surrogate"), capsys)
 
 
 def test_a_lone_surrogate_in_the_metadata_id_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_table(tmp_path)
-    line = replace_in_line(log_file(root, 0), "metaData", b'"id":"', b'"id":"\\ud800')
+    line = replace_in_line(commit_file(root, 0), "metaData", b'"id":"', b'"id":"\\ud800')
     assert_refused(root, 0, (f"line {line}", "surrogate"), capsys)
 
 
 def test_valid_non_ascii_text_stays_readable(tmp_path: Path) -> None:
     """Raw UTF-8 (é, an emoji) in values and stats, and an escaped surrogate pair (a valid emoji)."""
     root = make_table(tmp_path, ["é", "\N{GRINNING FACE}"])
-    commit = log_file(root, 1)
+    commit = commit_file(root, 1)
     line = replace_in_line(commit, "commitInfo", b'"operation":"', b'"operation":"\\ud83d\\ude00 ')
     assert line == 1
     snapshot = DeltaTable(str(root)).snapshot()
@@ -159,8 +156,8 @@ def test_the_garbled_commit_is_named_when_a_checkpoint_precedes_it(tmp_path: Pat
     root = make_table(tmp_path)
     deltalake.DeltaTable(str(root)).create_checkpoint()
     write_deltalake(str(root), pa.table({"id": pa.array([3], pa.int64()), "s": pa.array(["c"])}), mode="append")
-    replace_in_line(log_file(root, 2), "add", b'"path":"', b'"path":"\xfe')
+    replace_in_line(commit_file(root, 2), "add", b'"path":"', b'"path":"\xfe')
     with pytest.raises(CorruptLogError, match="UTF-8") as info:
         DeltaTable(str(root)).snapshot()
     assert info.value.version == 2
-    assert json.loads(log_file(root, 1).read_text().splitlines()[0])  # the earlier commit is untouched
+    assert json.loads(commit_file(root, 1).read_text().splitlines()[0])  # the earlier commit is untouched

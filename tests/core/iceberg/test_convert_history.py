@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.table import StaticTable
+from support.delta_log import commit_file
 
 from airflow_deltaberg.cli import main as cli_main
 from airflow_deltaberg.core.errors import CorruptLogError
@@ -29,10 +30,6 @@ DAY_MS = 86_400_000
 def _batch(start: int, n: int) -> pa.Table:
     ids = list(range(start, start + n))
     return pa.table({"id": pa.array(ids, pa.int64()), "label": [f"p{i % 2}" for i in ids]})
-
-
-def commit_file(path: Path, version: int) -> Path:
-    return path / "_delta_log" / f"{version:020d}.json"
 
 
 def set_mtime(path: Path, version: int, ms: int) -> None:

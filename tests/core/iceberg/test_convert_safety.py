@@ -22,6 +22,7 @@ import pytest
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
+from support.delta_log import append_commit
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
 from airflow_deltaberg.core.errors import (
@@ -121,14 +122,6 @@ def add_commits(path: Path) -> None:
     write_deltalake(str(path), _batch(16, 3), mode="append", partition_by=["label"])
 
 
-def commit_raw(path: Path, actions: list[dict[str, Any]], version: int | None = None) -> int:
-    """Append a hand-written commit to the Delta log (as ``version``, by default the next); returns its version."""
-    version = deltalake.DeltaTable(str(path)).version() + 1 if version is None else version
-    lines = [{"commitInfo": {"timestamp": 1_800_000_000_000 + version, "operation": "TEST"}}, *actions]
-    (path / "_delta_log" / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in lines))
-    return version
-
-
 def current_metadata_action(path: Path) -> dict[str, Any]:
     """The latest metaData action of a deltalake-written table (it writes one only at creation here)."""
     for line in (path / "_delta_log" / f"{0:020d}.json").read_text().splitlines():
@@ -169,7 +162,7 @@ def _void_column(path: Path) -> None:
     meta = current_metadata_action(path)
     schema = json.loads(meta["schemaString"])
     schema["fields"].append({"name": "nothing", "type": "void", "nullable": True, "metadata": {}})
-    commit_raw(path, [{"metaData": {**meta, "schemaString": json.dumps(schema)}}])
+    append_commit(path, [{"metaData": {**meta, "schemaString": json.dumps(schema)}}])
 
 
 def _narrowing_type_change(path: Path) -> None:
@@ -184,7 +177,7 @@ def _narrowing_type_change(path: Path) -> None:
                                                        "tableVersion": version}]}
     protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["typeWidening"],
                 "writerFeatures": ["typeWidening"]}
-    commit_raw(path, [{"protocol": protocol}, {"metaData": {**meta, "schemaString": json.dumps(schema),
+    append_commit(path, [{"protocol": protocol}, {"metaData": {**meta, "schemaString": json.dumps(schema),
                                                             "configuration": {"delta.enableTypeWidening": "true"}}}])
 
 
@@ -195,7 +188,7 @@ def _ambiguous_names(path: Path) -> None:
     inner = {"type": "struct", "fields": [{"name": "x", "type": "long", "nullable": True, "metadata": {}}]}
     schema["fields"] += [{"name": "meta", "type": inner, "nullable": True, "metadata": {}},
                          {"name": "meta.x", "type": "long", "nullable": True, "metadata": {}}]
-    commit_raw(path, [{"metaData": {**meta, "schemaString": json.dumps(schema)}}])
+    append_commit(path, [{"metaData": {**meta, "schemaString": json.dumps(schema)}}])
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
@@ -257,7 +250,7 @@ def test_a_commit_raising_the_protocol_beyond_this_reader_writes_nothing(full: b
     make_table(path)
     first = run_convert(path, tmp_path)
     before, before_rows = metadata_files(path), delta_rows(path)
-    version = commit_raw(path, [{"protocol": protocol}])
+    version = append_commit(path, [{"protocol": protocol}])
     with pytest.raises(UnsupportedFeatureError) as info:
         run_convert(path, tmp_path, full=full)
     assert f"version {version}" in str(info.value) and str(path) in str(info.value)
@@ -276,8 +269,8 @@ def test_an_unreadable_version_in_between_converts_the_latest_in_full(tmp_path: 
     write_deltalake(str(path), _batch(12, 3), mode="append", partition_by=["label"])
     complete = current_metadata_action(path)
     incomplete = {k: v for k, v in complete.items() if k != "schemaString"}
-    commit_raw(path, [{"metaData": incomplete}])
-    latest = commit_raw(path, [{"metaData": complete}], version=4)  # deltalake cannot read this log any more
+    append_commit(path, [{"metaData": incomplete}])
+    latest = append_commit(path, [{"metaData": complete}], version=4)  # deltalake cannot read this log any more
     result = run_convert(path, tmp_path)
     assert (result.mode, result.delta_version) == ("full", latest)
     assert catalog_rows(tmp_path) == rows_of(pa.concat_tables([_batch(0, 12), _batch(12, 3)]))

@@ -22,6 +22,7 @@ from deltalake import DeltaTable as DeltalakeTable
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
+from support.delta_log import commit_file
 
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
@@ -39,10 +40,6 @@ def append_file(path: Path, i: int) -> None:
 def make_table(path: Path, files: int = FILES) -> None:
     for i in range(files):
         append_file(path, i)
-
-
-def commit_file(path: Path, version: int) -> Path:
-    return path / "_delta_log" / f"{version:020d}.json"
 
 
 def edit_add(path: Path, version: int, edit: Callable[[dict[str, Any]], None]) -> str:
