@@ -42,7 +42,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -62,7 +61,6 @@ SECRET = "fuzz-s3cr3t-9d41c7"
 SECRET_OPTION = ["--storage-option", f"token={SECRET}"]
 ORACLE_TIMEOUT_S = 60
 PACKAGE_DIR = os.sep + "airflow_deltaberg" + os.sep
-TESTS_ICEBERG = Path(__file__).resolve().parents[1] / "core" / "iceberg"
 FILTERS_PER_CASE = 3
 
 
@@ -326,10 +324,8 @@ _ORIGINAL_ROWS: dict[str, Any] = {}
 
 
 def _normalizer() -> Callable[[Any, list[str]], list[tuple[Any, ...]]]:
-    """tests/core/iceberg/test_convert_oracle.py's normalization (one rule for both oracle suites)."""
-    if str(TESTS_ICEBERG) not in sys.path:
-        sys.path.insert(0, str(TESTS_ICEBERG))
-    from test_convert_oracle import normalized_rows
+    """support.oracle's normalization (one rule for both oracle suites)."""
+    from support.oracle import normalized_rows
 
     return normalized_rows
 

@@ -6,17 +6,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pytest
 from airflow.sdk import DAG, Asset, AssetAlias
 from deltalake import DeltaTable as DeltalakeTable
 from deltalake import write_deltalake
-from fsspec.implementations.memory import MemoryFileSystem
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
+from support.flaky_fs import FlakyMemoryFileSystem, flaky_store
 
 from airflow_deltaberg.operators import DeltaToIcebergOperator
 from airflow_deltaberg.operators.convert import catalog_table_uri, location_uri
@@ -459,41 +458,21 @@ def test_bad_inputs_fail_without_retrying(
     assert asset_events(dag_id) == []
 
 
-class FlakyConvertFileSystem(MemoryFileSystem):
-    """An in-memory store whose listings fail ``failures`` times with a connection error, then work."""
-
-    protocol = ("flakyconv", "memory")
-    store: ClassVar[dict[str, Any]] = {}
-    pseudo_dirs: ClassVar[list[str]] = [""]
-    failures = 0
-
-    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        if FlakyConvertFileSystem.failures > 0:
-            FlakyConvertFileSystem.failures -= 1
-            raise ConnectionResetError("simulated network failure")
-        return super().ls(path, detail=detail, **kwargs)
-
-
 @pytest.fixture
 def flaky_table(tmp_path: Path) -> Any:
     """A table (version 0, ids 0..4) copied into the flaky in-memory store."""
-    fsspec.register_implementation("flakyconv", FlakyConvertFileSystem, clobber=True)
-    FlakyConvertFileSystem.store.clear()
-    FlakyConvertFileSystem.pseudo_dirs[:] = [""]
-    FlakyConvertFileSystem.failures = 0
-    local = write_delta(tmp_path / "source", rows(0, 5))
-    location = "flakyconv://lake/flaky-table"
-    fs = FlakyConvertFileSystem()
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            fs.pipe_file(f"{location}/{path.relative_to(local).as_posix()}", path.read_bytes())
-    yield location
-    FlakyConvertFileSystem.failures = 0
-    FlakyConvertFileSystem.store.clear()
+    with flaky_store() as flaky:
+        local = write_delta(tmp_path / "source", rows(0, 5))
+        location = "flakymem://lake/flaky-table"
+        fs = flaky()
+        for path in sorted(local.rglob("*")):
+            if path.is_file():
+                fs.pipe_file(f"{location}/{path.relative_to(local).as_posix()}", path.read_bytes())
+        yield location
 
 
 def test_storage_error_is_retried(run_dag, dag_id, flaky_table: str) -> None:
-    FlakyConvertFileSystem.failures = 1  # the first try's listing of _delta_log fails
+    FlakyMemoryFileSystem.failures = 1  # the first try's listing of _delta_log fails
     with make_dag(dag_id) as dag:
         DeltaToIcebergOperator(task_id="convert", table_uri=flaky_table, retries=2, retry_delay=NO_DELAY)
 
@@ -501,11 +480,11 @@ def test_storage_error_is_retried(run_dag, dag_id, flaky_table: str) -> None:
 
     ti = result.ti("convert")
     assert (ti.state, ti.try_number) == ("success", 2)
-    assert FlakyConvertFileSystem.failures == 0
+    assert FlakyMemoryFileSystem.failures == 0
     summary = result.xcom("convert")
     assert (summary["mode"], summary["records"]) == ("full", 5)
     assert summary["metadata_location"] == f"{flaky_table}/_iceberg/metadata/v1.metadata.json"
-    assert FlakyConvertFileSystem().exists(summary["metadata_location"])
+    assert FlakyMemoryFileSystem().exists(summary["metadata_location"])
     (event,) = asset_events(dag_id, result.dag_run.run_id)
     assert event["uri"] == flaky_table
 

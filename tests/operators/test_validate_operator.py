@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import fsspec
 import pytest
 from airflow.sdk import DAG
-from fsspec.implementations.memory import MemoryFileSystem
+from support.flaky_fs import FlakyMemoryFileSystem, flaky_store
 
 from airflow_deltaberg.core.compat import ComplianceReport, validate
 from airflow_deltaberg.operators import ComplianceViolationError, DeltaValidateOperator
@@ -196,32 +195,12 @@ def test_invalid_level_fails_without_retrying(run_dag, dag_id, compliant_table: 
     assert "compat-v9" in str(caught[0]) and "writer-compat-v1" in str(caught[0])
 
 
-class FlakyMemoryFileSystem(MemoryFileSystem):
-    """An in-memory store whose listings fail ``failures`` times with a connection error, then work."""
-
-    protocol = ("flakymem", "memory")
-    store: ClassVar[dict[str, Any]] = {}
-    pseudo_dirs: ClassVar[list[str]] = [""]
-    failures = 0
-
-    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
-        if FlakyMemoryFileSystem.failures > 0:
-            FlakyMemoryFileSystem.failures -= 1
-            raise ConnectionResetError("simulated network failure")
-        return super().ls(path, detail=detail, **kwargs)
-
-
 @pytest.fixture
 def flaky_table(table_helpers) -> Any:
-    fsspec.register_implementation("flakymem", FlakyMemoryFileSystem, clobber=True)
-    FlakyMemoryFileSystem.store.clear()
-    FlakyMemoryFileSystem.pseudo_dirs[:] = [""]
-    FlakyMemoryFileSystem.failures = 0
-    location = "flakymem://deltaberg/flaky-table"
-    table_helpers.write_compliant_table(location)
-    yield location
-    FlakyMemoryFileSystem.failures = 0
-    FlakyMemoryFileSystem.store.clear()
+    with flaky_store():
+        location = "flakymem://deltaberg/flaky-table"
+        table_helpers.write_compliant_table(location)
+        yield location
 
 
 def test_storage_error_is_retried(run_dag, dag_id, flaky_table: str) -> None:

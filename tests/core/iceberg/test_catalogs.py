@@ -22,6 +22,7 @@ from deltalake import write_deltalake
 from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable, Table
+from support.oracle import Rows, delta_rows, rows_of
 
 from airflow_deltaberg.core.errors import CatalogError, ConcurrentConversionError
 from airflow_deltaberg.core.iceberg import convert as convert_module
@@ -29,7 +30,6 @@ from airflow_deltaberg.core.iceberg.catalog import COMMIT_MODE_PROPERTY, commit_
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 
 CATALOG_NAME = "deltaberg"
-Rows = list[tuple[Any, ...]]
 UPDATE_CATALOGS = ["rest", "sql-updates"]
 
 
@@ -59,14 +59,6 @@ def catalog_config(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, 
 def load(config: dict[str, str], identifier: str) -> Table:
     """The table as a fresh catalog client sees it."""
     return open_catalog(CATALOG_NAME, config).load_table(identifier)
-
-
-def rows_of(table: pa.Table) -> Rows:
-    return sorted(tuple(row[c] for c in sorted(table.column_names)) for row in table.to_pylist())
-
-
-def delta_rows(path: Path, version: int | None = None) -> Rows:
-    return rows_of(deltalake.DeltaTable(str(path), version=version).to_pyarrow_table())
 
 
 def catalog_rows(config: dict[str, str], identifier: str, snapshot_id: int | None = None) -> Rows:

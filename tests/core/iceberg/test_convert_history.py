@@ -14,16 +14,16 @@ from typing import Any
 import deltalake
 import pyarrow as pa
 import pytest
-from deltalake import QueryBuilder, write_deltalake
+from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.delta_log import commit_file
+from support.oracle import delta_rows, rows_of
 
 from airflow_deltaberg.cli import main as cli_main
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TIMESTAMP, DELTA_VERSION
 
-Rows = list[tuple[Any, ...]]
 DAY_MS = 86_400_000
 
 
@@ -34,15 +34,6 @@ def _batch(start: int, n: int) -> pa.Table:
 
 def set_mtime(path: Path, version: int, ms: int) -> None:
     os.utime(commit_file(path, version), ns=(ms * 1_000_000, ms * 1_000_000))
-
-
-def rows_of(table: pa.Table) -> Rows:
-    return sorted(tuple(row[c] for c in sorted(table.column_names)) for row in table.to_pylist())
-
-
-def delta_rows(path: Path, version: int) -> Rows:
-    table = deltalake.DeltaTable(str(path), version=version)
-    return rows_of(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")))
 
 
 def metadata_of(location: str) -> dict[str, Any]:

@@ -35,9 +35,16 @@ from typing import Any
 import deltalake
 import pyarrow as pa
 import pytest
-from deltalake import QueryBuilder, write_deltalake
-from pyiceberg.catalog.sql import SqlCatalog
+from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
+from support.oracle import (
+    assert_same_rows,
+    delta_arrow,
+    normal_type,
+    normalized_rows,
+    open_sql_catalog,
+    sql_catalog_config,
+)
 
 from airflow_deltaberg.core.errors import NotADeltaTableError, UnsupportedTypeError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
@@ -68,85 +75,17 @@ NOT_DELTA_TABLES = {"crc-malformed"}
 PYICEBERG_BUGS: dict[str, tuple[type[Exception], str]] = {}
 
 
-# ---------------------------------------------------------------------------------------------- normalization
-
-
-def _normal_type(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", "UTC" if t.tz else None)
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return pa.binary()
-    if pa.types.is_dictionary(t):
-        return _normal_type(t.value_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        return pa.list_(_normal_type(t.value_type))
-    if pa.types.is_map(t):
-        return pa.map_(_normal_type(t.key_type), _normal_type(t.item_type))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _normal_type(f.type)) for f in t])
-    return t
-
-
-def _normal_value(v: Any) -> Any:
-    if isinstance(v, float) and math.isnan(v):
-        return "<NaN>"
-    if isinstance(v, dict):
-        return tuple((k, _normal_value(x)) for k, x in v.items())
-    if isinstance(v, (list, tuple)):
-        return tuple(_normal_value(x) for x in v)
-    return v
-
-
-def normalized_rows(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
-    """The rows of ``table`` over ``columns``, normalized as the module docstring lists, sorted."""
-    table = table.select(columns)
-    target = pa.schema([pa.field(f.name, _normal_type(f.type)) for f in table.schema])
-    table = table.cast(target, safe=False)  # safe=False: ns -> us truncates instead of raising
-    rows = [tuple(_normal_value(row[c]) for c in columns) for row in table.to_pylist()]
-    return sorted(rows, key=repr)
-
-
-def delta_arrow(path: Path | str, version: int | None = None) -> tuple[pa.Table, str]:
-    """The table as deltalake reads it, and which deltalake reader was used."""
-    table = deltalake.DeltaTable(str(path), version=version)
-    if table.metadata().configuration.get("delta.columnMapping.mode", "none") == "none":
-        try:
-            return table.to_pyarrow_table(), "pyarrow"
-        except Exception:  # noqa: BLE001 - any refusal of the pyarrow reader falls back to DataFusion
-            pass
-    reader = QueryBuilder().register("t", table).execute("SELECT * FROM t")
-    return pa.table(reader), "datafusion"
-
-
-def assert_same_rows(iceberg: pa.Table, delta: pa.Table, what: str = "") -> None:
-    columns = delta.column_names
-    assert sorted(iceberg.column_names) == sorted(columns), what
-    assert iceberg.num_rows == delta.num_rows, what
-    assert normalized_rows(iceberg, columns) == normalized_rows(delta, columns), what
-
-
 # --------------------------------------------------------------------------------------------------- helpers
 
 
-def catalog_config(tmp_path: Path) -> dict[str, str]:
-    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
-
-
-def open_sql_catalog(tmp_path: Path) -> SqlCatalog:
-    config = catalog_config(tmp_path)
-    return SqlCatalog(CATALOG_NAME, uri=config["uri"], warehouse=config["warehouse"])
-
-
 def convert_and_register(path: Path, tmp_path: Path, **kwargs: Any) -> ConversionResult:
-    return convert(str(path), catalog_config=catalog_config(tmp_path), identifier=IDENTIFIER, **kwargs)
+    return convert(str(path), catalog_config=sql_catalog_config(tmp_path), identifier=IDENTIFIER, **kwargs)
 
 
 def iceberg_reads(result: ConversionResult, tmp_path: Path) -> dict[str, pa.Table]:
     """The converted table read through the metadata file and through the SQL catalog."""
     static = StaticTable.from_metadata(result.metadata_location).scan().to_arrow()
-    registered = open_sql_catalog(tmp_path).load_table(IDENTIFIER)
+    registered = open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER)
     assert registered.metadata_location == result.metadata_location
     return {"static": static, "catalog": registered.scan().to_arrow()}
 
@@ -193,7 +132,7 @@ def test_every_fixture_table(fixture_table: str, fixtures_dir: Path,
         with pytest.raises(error, match=text):
             convert_and_register(path, tmp_path)
         assert metadata_snapshot(path) == {}, "a refused conversion must write nothing"
-        assert not open_sql_catalog(tmp_path).table_exists(IDENTIFIER)
+        assert not open_sql_catalog(tmp_path, CATALOG_NAME).table_exists(IDENTIFIER)
         return
     if fixture_table in PYICEBERG_BUGS:
         bug, reason = PYICEBERG_BUGS[fixture_table]
@@ -364,7 +303,7 @@ def test_column_mapping_lists_and_maps_without_nested_ids_are_refused(column: st
     with pytest.raises(UnsupportedTypeError, match=f"column {column} is a list or map of primitives"):
         convert_and_register(path, tmp_path)
     assert metadata_snapshot(path) == {}
-    assert not open_sql_catalog(tmp_path).table_exists(IDENTIFIER)
+    assert not open_sql_catalog(tmp_path, CATALOG_NAME).table_exists(IDENTIFIER)
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
@@ -384,7 +323,7 @@ def test_convert_again_after_new_commits(full: bool, tmp_path: Path) -> None:
 
     old_rows, _ = delta_arrow(path, version=old_version)
     for table in (StaticTable.from_metadata(second.metadata_location),
-                  open_sql_catalog(tmp_path).load_table(IDENTIFIER)):
+                  open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER)):
         assert_same_rows(table.scan(snapshot_id=first.snapshot_id).to_arrow(), old_rows, "time travel")
         assert table.metadata.snapshot_by_id(first.snapshot_id) is not None
         ancestors = set()
@@ -532,7 +471,7 @@ def test_filter_pushdown_never_loses_rows(tmp_path: Path) -> None:
     table = StaticTable.from_metadata(result.metadata_location)
     delta, how = delta_arrow(path)
     assert how == "pyarrow"
-    delta = delta.cast(pa.schema([pa.field(f.name, _normal_type(f.type)) for f in delta.schema]))
+    delta = delta.cast(pa.schema([pa.field(f.name, normal_type(f.type)) for f in delta.schema]))
     columns = delta.column_names
     total_files = len(list(table.scan().plan_files()))
     assert total_files == 5

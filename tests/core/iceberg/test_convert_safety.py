@@ -19,10 +19,10 @@ from typing import Any
 import deltalake
 import pyarrow as pa
 import pytest
-from deltalake import QueryBuilder, write_deltalake
-from pyiceberg.catalog.sql import SqlCatalog
+from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.delta_log import append_commit
+from support.oracle import Rows, delta_rows, open_sql_catalog, rows_of, sql_catalog_config
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
 from airflow_deltaberg.core.errors import (
@@ -39,7 +39,6 @@ from airflow_deltaberg.core.storage import LocalStorage, open_storage
 CATALOG_NAME = "deltaberg"
 IDENTIFIER = "safety.converted"
 
-Rows = list[tuple[Any, ...]]
 
 
 class InjectedCrash(Exception):
@@ -49,36 +48,13 @@ class InjectedCrash(Exception):
 # --------------------------------------------------------------------------------------------------- helpers
 
 
-def catalog_config(tmp_path: Path) -> dict[str, str]:
-    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
-
-
-def sql_catalog(tmp_path: Path) -> SqlCatalog:
-    config = catalog_config(tmp_path)
-    return SqlCatalog(CATALOG_NAME, uri=config["uri"], warehouse=config["warehouse"])
-
-
 def run_convert(path: Path, tmp_path: Path, **kwargs: Any) -> ConversionResult:
-    return convert(str(path), catalog_config=catalog_config(tmp_path), identifier=IDENTIFIER, **kwargs)
-
-
-def rows_of(table: pa.Table) -> Rows:
-    return sorted(tuple(row[c] for c in sorted(table.column_names)) for row in table.to_pylist())
-
-
-def delta_rows(path: Path, version: int | None = None) -> Rows:
-    return rows_of(deltalake.DeltaTable(str(path), version=version).to_pyarrow_table())
-
-
-def kernel_rows(path: Path, version: int | None = None) -> Rows:
-    """Rows as deltalake's query engine reads them (it applies deletion vectors; to_pyarrow_table refuses them)."""
-    table = deltalake.DeltaTable(str(path), version=version)
-    return rows_of(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")))
+    return convert(str(path), catalog_config=sql_catalog_config(tmp_path), identifier=IDENTIFIER, **kwargs)
 
 
 def catalog_rows(tmp_path: Path) -> Rows | None:
     """Rows of the table the catalog points to; None when it is not registered."""
-    catalog = sql_catalog(tmp_path)
+    catalog = open_sql_catalog(tmp_path, CATALOG_NAME)
     if not catalog.table_exists(IDENTIFIER):
         return None
     return rows_of(catalog.load_table(IDENTIFIER).scan().to_arrow())
@@ -144,17 +120,17 @@ def test_deletion_vectors_after_a_conversion_become_position_deletes(
     first = run_convert(path, tmp_path, version=0)
     assert catalog_rows(tmp_path) is not None and len(catalog_rows(tmp_path) or []) == 10
     second = run_convert(path, tmp_path, full=full)
-    expected = kernel_rows(path)
+    expected = delta_rows(path)
     assert len(expected) < 10, "version 1 deletes rows"
     assert catalog_rows(tmp_path) == expected
     assert hint_rows(path) == expected
-    table = sql_catalog(tmp_path).load_table(IDENTIFIER)
+    table = open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER)
     summary = table.current_snapshot().summary
     assert summary["total-delete-files"] == "1" and summary["total-data-files"] == "1"
     assert int(summary["total-position-deletes"]) == 10 - len(expected)
     if not full:
         assert summary["added-data-files"] == "0" and summary.operation.value == "delete"
-    assert rows_of(table.scan(snapshot_id=first.snapshot_id).to_arrow()) == kernel_rows(path, 0)
+    assert rows_of(table.scan(snapshot_id=first.snapshot_id).to_arrow()) == delta_rows(path, 0)
     assert second.delta_version == 1
 
 
@@ -206,7 +182,7 @@ def test_unsupported_type_after_a_conversion_writes_nothing(
     with pytest.raises(UnsupportedTypeError):
         run_convert(path, tmp_path, full=full)
     assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
-    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == first.metadata_location
     assert catalog_rows(tmp_path) == before_rows
     assert hint_rows(path) == before_rows
 
@@ -231,7 +207,7 @@ def test_stats_that_are_not_json_after_a_conversion_write_nothing(full: bool, tm
     assert f"version {first.delta_version + 1}" in message and new_commit.name in message, message
     assert "not JSON" in message and str(path) in message, message
     assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
-    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == first.metadata_location
     assert catalog_rows(tmp_path) == before_rows
     assert hint_rows(path) == before_rows
 
@@ -255,7 +231,7 @@ def test_a_commit_raising_the_protocol_beyond_this_reader_writes_nothing(full: b
         run_convert(path, tmp_path, full=full)
     assert f"version {version}" in str(info.value) and str(path) in str(info.value)
     assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
-    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == first.metadata_location
     assert catalog_rows(tmp_path) == before_rows
 
 
@@ -358,7 +334,7 @@ def test_crash_keeps_previous_state_and_rerun_converges(
     assert rerun.delta_version == reference.delta_version
     assert rows_of(StaticTable.from_metadata(rerun.metadata_location).scan().to_arrow()) == latest
     assert catalog_rows(tmp_path) == latest
-    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == rerun.metadata_location
+    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == rerun.metadata_location
     assert (path / VERSION_HINT).read_text().strip() == str(max(published_versions(path))), (
         "the version hint must name the newest metadata file after a re-run"
     )
@@ -427,7 +403,7 @@ def test_two_converters_race_one_wins(mode: str, tmp_path: Path, monkeypatch: py
     assert latest != previous_rows
     assert rows_of(StaticTable.from_metadata(winner.metadata_location).scan().to_arrow()) == latest
     assert catalog_rows(tmp_path) == latest
-    assert sql_catalog(tmp_path).load_table(IDENTIFIER).metadata_location == winner.metadata_location
+    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == winner.metadata_location
     assert hint_rows(path) == latest
     monkeypatch.undo()
     again = run_convert(path, tmp_path)

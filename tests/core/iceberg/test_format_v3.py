@@ -22,10 +22,11 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import QueryBuilder, write_deltalake
+from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
 from pyiceberg.table.puffin import PuffinFile
+from support.oracle import Rows, delta_rows, rows_of
 
 from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
 from airflow_deltaberg.core.delta.roaring import decode_roaring_bitmap_array
@@ -33,17 +34,6 @@ from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.deletion_vector_files import DV_MAGIC, dv_blob, puffin_file
 from airflow_deltaberg.core.storage import open_storage
-
-Rows = list[tuple[Any, ...]]
-
-
-def rows_of(table: pa.Table) -> Rows:
-    return sorted(tuple(row[c] for c in sorted(table.column_names)) for row in table.to_pylist())
-
-
-def delta_rows(path: Path, version: int | None = None) -> Rows:
-    table = deltalake.DeltaTable(str(path), version=version)
-    return rows_of(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")))
 
 
 def iceberg_rows(metadata_location: str, snapshot_id: int | None = None) -> Rows:
