@@ -25,8 +25,8 @@ for artifact in "${ARTIFACTS[@]}"; do
 done
 
 # An Iceberg REST catalog server (Iceberg's RESTCatalogServer test fixture over a JdbcCatalog on SQLite) for
-# tests/iceberg/test_catalogs.py, in its own folder: tests/spark puts every jar of $JARS_DIR on Spark's classpath,
-# and these (Iceberg 1.10 core, Jetty 11, Hadoop's client) must stay off it. 1.10.0 is the newest
+# tests/core/iceberg/test_catalogs.py, in its own folder: the tests' Spark session puts every jar of $JARS_DIR on
+# its classpath, and these (Iceberg 1.10 core, Jetty 11, Hadoop's client) must stay off it. 1.10.0 is the newest
 # iceberg-open-api test-fixtures jar Maven Central serves; its pom lists no dependencies, so they are named here.
 REST_DIR="$JARS_DIR/rest"
 REST_ARTIFACTS=(

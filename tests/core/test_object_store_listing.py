@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.servers import free_port
 
 from airflow_deltaberg.core import storage as storage_module
 from airflow_deltaberg.core.delta.commit import encode_actions, write_commit
@@ -105,14 +105,10 @@ class S3:
         }
 
 
-MOTO_MISSING = "moto[server] is not installed (it is in the test extra: pip install -e '.[test]')"
-S3FS_MISSING = "s3fs is not installed (it is in the test extra: pip install -e '.[test]')"
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3]:
-    moto_server = pytest.importorskip("moto.server", reason=MOTO_MISSING)
-    pytest.importorskip("s3fs", reason=S3FS_MISSING)
+    # moto[server], s3fs, gcsfs and gcp-storage-emulator are in the test extra: a missing one is an error.
+    from moto import server as moto_server
     werkzeug = logging.getLogger("werkzeug")
     level = werkzeug.level
     werkzeug.setLevel(logging.ERROR)  # one log line per request otherwise
@@ -479,7 +475,6 @@ def test_bucket_root_lists_its_top_level_files(s3: S3, generic: Callable[[S3, st
 def test_directory_bucket_lists_without_start_after() -> None:
     """S3 Express directory buckets (names ending in --x-s3) reject StartAfter. Neither moto nor botocore's path
     to them (a CreateSession first) can be had on loopback, so the requests are recorded by a stand-in client."""
-    pytest.importorskip("s3fs", reason=S3FS_MISSING)
     import s3fs
 
     calls: list[dict[str, Any]] = []
@@ -503,10 +498,6 @@ def test_directory_bucket_lists_without_start_after() -> None:
 
 
 # -- GCS: the JSON API's objects.list with startOffset -------------------------------------------------------
-
-
-GCSFS_MISSING = "gcsfs is not installed (it is in the test extra: pip install -e '.[test]')"
-EMULATOR_MISSING = "gcp-storage-emulator is not installed (it is in the test extra: pip install -e '.[test]')"
 
 
 class EmulatorLog(logging.Handler, CapturedRequests):
@@ -538,17 +529,12 @@ class GCS:
             return FsspecStorage(location, self.fs, location.removeprefix("gs://"))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def gcs() -> Iterator[GCS]:
-    gcsfs_core = pytest.importorskip("gcsfs.core", reason=GCSFS_MISSING)
-    emulator = pytest.importorskip("gcp_storage_emulator.server", reason=EMULATOR_MISSING)
-    port = _free_port()
+    import gcsfs.core as gcsfs_core
+    from gcp_storage_emulator import server as emulator
+
+    port = free_port()
     server = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket="deltaberg")
     server.start()
     logger = logging.getLogger("gcp_storage_emulator.server")

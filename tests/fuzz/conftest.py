@@ -35,8 +35,9 @@ from fuzz_cases import (  # noqa: E402
 )
 from fuzz_harness import CaseResult  # noqa: E402
 from fuzz_pool import FuzzPool  # noqa: E402
+from support.environment import FIXTURES_DIR  # noqa: E402
 
-FIXTURES_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "delta"
+FIXTURES_ROOT = FIXTURES_DIR
 
 
 def pytest_configure(config: pytest.Config) -> None:

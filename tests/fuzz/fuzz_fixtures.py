@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-#: Small tables that convert today (tests/iceberg/test_convert_oracle.py), chosen to cover classic, multi-part,
+#: Small tables that convert today (tests/core/iceberg/test_convert_oracle.py), chosen to cover classic, multi-part,
 #: V2 (JSON/Parquet, with and without sidecars) checkpoints, log compaction, column mapping (id and name),
 #: deletion vectors (inline and on disk), partitions (strings, timestamps, materialized), decimals, txn actions.
 #: Left out: tables without data files (300k-add-files-100-col-partitioned and two others), tables that are

@@ -42,8 +42,6 @@ import os
 import re
 import shutil
 import signal
-import stat
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -55,6 +53,7 @@ from fuzz_cases import SELF_INCONSISTENT, CasePlan
 from fuzz_fixtures import COMMIT, COMPACTION, FixtureInfo, fixture_info
 from fuzz_lies import added_in, excuse_flagged, files_losing_rows, flagged_files, unreadable_files
 from fuzz_mutations import MUTATIONS, FuzzContext, NotApplicable, file_tree
+from support.environment import make_writable
 
 CALL_TIMEOUT_S = 60
 #: Passed to every command as a storage option: it must show in no output and no file the conversion writes.
@@ -62,7 +61,6 @@ SECRET = "fuzz-s3cr3t-9d41c7"
 SECRET_OPTION = ["--storage-option", f"token={SECRET}"]
 ORACLE_TIMEOUT_S = 60
 PACKAGE_DIR = os.sep + "airflow_deltaberg" + os.sep
-TESTS_ICEBERG = Path(__file__).resolve().parents[1] / "iceberg"
 FILTERS_PER_CASE = 3
 
 
@@ -176,11 +174,7 @@ def innermost_package_frame(tb: Any) -> str:
 
 def copy_table(source: Path, target: Path) -> None:
     shutil.copytree(source, target)
-    for dirpath, _dirs, files in os.walk(target):
-        os.chmod(dirpath, os.stat(dirpath).st_mode | stat.S_IRWXU)
-        for name in files:
-            p = os.path.join(dirpath, name)
-            os.chmod(p, os.stat(p).st_mode | stat.S_IRUSR | stat.S_IWUSR)
+    make_writable(target)
 
 
 def tree_diff(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
@@ -330,10 +324,8 @@ _ORIGINAL_ROWS: dict[str, Any] = {}
 
 
 def _normalizer() -> Callable[[Any, list[str]], list[tuple[Any, ...]]]:
-    """tests/iceberg/test_convert_oracle.py's normalization (one rule for both oracle suites)."""
-    if str(TESTS_ICEBERG) not in sys.path:
-        sys.path.insert(0, str(TESTS_ICEBERG))
-    from test_convert_oracle import normalized_rows
+    """support.oracle's normalization (one rule for both oracle suites)."""
+    from support.oracle import normalized_rows
 
     return normalized_rows
 

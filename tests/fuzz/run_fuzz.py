@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parents[1])]
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]  # the fuzzer, tests/ (support), the repository
 
 from fuzz_cases import DEFAULT_COUNT, baseline_plans, plans_from_env, resolve_seed  # noqa: E402
 from fuzz_harness import CaseResult  # noqa: E402
 from fuzz_pool import FuzzPool  # noqa: E402
+from support.environment import FIXTURES_DIR  # noqa: E402
 
-FIXTURES_ROOT = HERE.parents[2] / "shared" / "fixtures" / "delta"
+FIXTURES_ROOT = FIXTURES_DIR
 
 
 def summarize(results: list[CaseResult]) -> str:

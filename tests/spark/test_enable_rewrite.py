@@ -14,9 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import QueryBuilder, write_deltalake
+from support.spark_session import delta_spark_jars, run_spark_submit
 
 from airflow_deltaberg.core.compat.validate import validate
 from airflow_deltaberg.core.delta import DeltaTable
@@ -36,8 +34,6 @@ from airflow_deltaberg.spark.enable_rewrite import run_rewrite
 pytestmark = pytest.mark.spark
 
 FIELD_ID = b"PARQUET:field_id"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-JARS_DIR = (REPO_ROOT / os.environ.get("DELTABERG_JARS_DIR", ".jars")).resolve()  # as tests/spark/conftest.py
 UTC = dt.UTC
 
 
@@ -296,23 +292,16 @@ def test_failure_before_the_commit_leaves_the_table_unchanged(spark: Any, tmp_pa
 
 def test_spark_submit_runs_the_application(spark: Any, tmp_path: Path) -> None:
     """The application file through the pyspark install's spark-submit (its own JVM), with the jars of .jars."""
-    import pyspark
-
     path = tmp_path / "submitted"
     byte_short_table(path)
     before = deltalake_rows(path)
     result_file = tmp_path / "result.json"
-    jars = ",".join(sorted(str(p) for p in JARS_DIR.glob("delta-s*.jar")))  # delta-spark, delta-storage
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    env.pop("SPARK_HOME", None)  # the pyspark install's own
-    completed = subprocess.run(
-        [str(submit), "--master", "local[1]", "--jars", jars, "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.sql.shuffle.partitions=1", "--conf", "spark.databricks.delta.snapshotPartitions=1",
-         "--conf", "spark.log.level=WARN", "--conf", "spark.sql.session.timeZone=UTC",
-         "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-         ENABLE_REWRITE_APP, "--table", str(path), "--read-version", "0", "--result-file", str(result_file)],
-        env=env, capture_output=True, text=True, timeout=300,
+    jars = delta_spark_jars()
+    completed = run_spark_submit(
+        ENABLE_REWRITE_APP, "--table", str(path), "--read-version", "0", "--result-file", str(result_file),
+        master="local[1]", jars=jars, timeout=300,
+        conf={"spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1",
+              "spark.log.level": "WARN", "spark.sql.session.timeZone": "UTC"},
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     document = json.loads(result_file.read_text())

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from engine_manifests import assert_same_manifests, spark_submit, written_manifests
+from support.manifests import assert_same_manifests, spark_submit, written_manifests
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg import file_manifests

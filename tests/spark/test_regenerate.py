@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
-from engine_manifests import assert_same_manifests, spark_submit, written_manifests
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
+from support.manifests import assert_same_manifests, spark_submit, written_manifests
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.iceberg import file_manifests

@@ -1,0 +1,356 @@
+"""The example DAGs of dags_examples/ as a user runs them: loaded by a DagBag with their configuration from
+environment variables, then run with ``dag.test()`` against local tables written by real writers, the SQLite
+catalog, local SMTP and HTTP servers, and ``spark_default`` = local[*] (support.environment). Outcomes are read back:
+Iceberg rows with pyiceberg, Delta rows with deltalake, task states, XComs, mail and webhook requests received.
+
+Two tests submit Spark jobs (marked ``spark``): the event-driven DAG (one incremental regeneration) and the
+enablement DAG (one data rewrite)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable as DeltaLakeTable
+from deltalake import QueryBuilder, write_deltalake
+from pyiceberg.catalog import load_catalog
+from support import compat_tables as ct
+from support.environment import REPO_ROOT
+from support.spark_session import delta_spark_jars, java
+
+from airflow_deltaberg.core.compat import validate
+from airflow_deltaberg.core.iceberg.convert import convert
+
+DAGS_DIR = REPO_ROOT / "dags_examples"
+EXAMPLES = {
+    "deltaberg_scheduled_conversion": "deltaberg_scheduled_conversion.py",
+    "deltaberg_event_driven_regeneration": "deltaberg_event_driven.py",
+    "deltaberg_compliance_monitoring": "deltaberg_compliance_monitoring.py",
+    "deltaberg_enable_writer_compat": "deltaberg_enable_writer_compat.py",
+}
+#: Quicker JVM start and no UI for the small local Spark jobs of these tests.
+FAST_SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                   "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+def dag_bag(folder: Path | str = DAGS_DIR) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(folder))
+
+
+@pytest.fixture
+def load_example(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """``load_example(dag_id, **env)``: the example DAG as a DagBag parses it with ``env`` set."""
+
+    def _load(dag_id: str, **env: str) -> Any:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        bag = dag_bag(DAGS_DIR / EXAMPLES[dag_id])
+        assert bag.import_errors == {}
+        dag = bag.dags.get(dag_id)
+        assert dag is not None, f"{EXAMPLES[dag_id]} defines no DAG {dag_id}"
+        return dag
+
+    return _load
+
+
+def sales(first: int, count: int) -> pa.Table:
+    ids = list(range(first, first + count))
+    return pa.table({"order_id": pa.array(ids, pa.int64()), "amount": pa.array([i * 1.5 for i in ids]),
+                     "region": ["eu" if i % 2 else "us" for i in ids]})
+
+
+def delta_rows(path: Path, version: int | None = None) -> list[str]:
+    """Every row as deltalake (DataFusion) reads it, canonical and sorted."""
+    table = DeltaLakeTable(str(path), version=version)
+    data = pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t"))
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in data.to_pylist())
+
+
+def iceberg_rows(catalog: dict[str, str], identifier: str, snapshot_id: int | None = None) -> list[str]:
+    table = load_catalog("deltaberg", **catalog).load_table(identifier)
+    data = table.scan(snapshot_id=snapshot_id).to_arrow()
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in data.to_pylist())
+
+
+def catalog_for(tmp_path: Path) -> dict[str, str]:
+    return {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
+
+
+# -- loading ------------------------------------------------------------------------------------------------
+
+
+def test_every_example_loads_without_import_errors() -> None:
+    bag = dag_bag()
+
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == set(EXAMPLES)
+    for dag_id, file_name in EXAMPLES.items():
+        dag = bag.dags[dag_id]
+        assert Path(dag.fileloc).name == file_name
+        assert "example" in dag.tags
+        dag.validate()
+    assert set(bag.dags["deltaberg_event_driven_regeneration"].task_dict) == {
+        "wait_for_commits", "regenerate", "check_row_counts"}
+    assert bag.dags["deltaberg_enable_writer_compat"].get_task("validate").upstream_task_ids == {"enable"}
+
+
+def test_param_defaults_come_from_the_environment(load_example: Callable[..., Any]) -> None:
+    catalog = {"type": "sql", "uri": "sqlite:////srv/lake/catalog.db"}
+    dag = load_example("deltaberg_event_driven_regeneration", DELTABERG_TABLE_URI="/srv/lake/orders",
+                       DELTABERG_IDENTIFIER="shop.orders", DELTABERG_CATALOG=json.dumps(catalog),
+                       DELTABERG_MIN_COMMITS="3")
+
+    assert (dag.params["table_uri"], dag.params["identifier"], dag.params["catalog"]) == (
+        "/srv/lake/orders", "shop.orders", catalog)
+    assert dag.get_task("wait_for_commits").min_commits == 3
+
+
+# -- scheduled conversion ------------------------------------------------------------------------------------
+
+
+def test_scheduled_conversion_converts_then_catches_up(run_dag, load_example, tmp_path: Path) -> None:
+    table = tmp_path / "sales"
+    write_deltalake(str(table), sales(0, 4), partition_by=["region"])
+    write_deltalake(str(table), sales(4, 2), mode="append")
+    catalog = catalog_for(tmp_path)
+    dag = load_example("deltaberg_scheduled_conversion", DELTABERG_TABLE_URI=str(table),
+                       DELTABERG_IDENTIFIER="shop.sales", DELTABERG_CATALOG=json.dumps(catalog))
+
+    first = run_dag(dag)
+
+    assert first.state == "success"
+    report = first.xcom("validate", "compliance_report")
+    assert report["compliant"] is False  # a plain deltalake table: informational by default
+    assert first.xcom("validate") == report
+    converted = first.xcom("convert")
+    assert (converted["mode"], converted["delta_version"], converted["records"]) == ("full", 1, 6)
+    assert iceberg_rows(catalog, "shop.sales") == delta_rows(table)
+
+    write_deltalake(str(table), sales(6, 3), mode="append")
+    second = run_dag(dag)
+
+    assert second.state == "success"
+    caught_up = second.xcom("convert")
+    assert (caught_up["mode"], caught_up["delta_version"], caught_up["snapshots_written"]) == ("incremental", 2, 1)
+    assert iceberg_rows(catalog, "shop.sales") == delta_rows(table)
+    assert iceberg_rows(catalog, "shop.sales", converted["snapshot_id"]) == delta_rows(table, version=1)
+
+
+def test_scheduled_conversion_can_require_compliance(run_dag, load_example, tmp_path: Path) -> None:
+    table = tmp_path / "sales"
+    write_deltalake(str(table), sales(0, 3))
+    dag = load_example("deltaberg_scheduled_conversion", DELTABERG_TABLE_URI=str(table),
+                       DELTABERG_IDENTIFIER="shop.sales", DELTABERG_CATALOG=json.dumps(catalog_for(tmp_path)),
+                       DELTABERG_REQUIRE_COMPLIANCE="true", DELTABERG_VALIDATION_LEVEL="compat-v2")
+
+    result = run_dag(dag)
+
+    assert result.state == "failed"
+    assert (result.ti("validate").state, result.ti("validate").try_number) == ("failed", 1)  # no retries
+    assert result.xcom("validate", "compliance_report")["level"] == "compat-v2"
+    assert result.ti("convert").state == "upstream_failed"
+    assert not (table / "_iceberg").exists()
+
+
+# -- event driven ----------------------------------------------------------------------------------------------
+
+
+def sensor_trigger(db: Path, dag_id: str) -> str | None:
+    """The trigger classpath of the DAG's unfinished ``wait_for_commits`` task instance, read with sqlite3: a thread
+    beside ``dag.test()`` must not use Airflow's ORM (its first query imports the models, and deadlocks with the
+    imports of the run)."""
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+        row = conn.execute(
+            "SELECT t.classpath FROM task_instance ti JOIN trigger t ON t.id = ti.trigger_id WHERE ti.dag_id = ? "
+            "AND ti.task_id = 'wait_for_commits' AND ti.state IN ('deferred', 'queued')", (dag_id,)).fetchone()
+    return row[0] if row else None
+
+
+@pytest.fixture
+def append_when_deferred(airflow_db: Path) -> Iterator[Callable[[Path, str], dict[str, Any]]]:
+    """``append_when_deferred(table, dag_id)`` starts a thread that appends to ``table`` once the DAG's sensor has
+    deferred to its trigger (or after 90 s); the returned dict records what the thread saw.
+
+    ``dag.test()`` runs a deferred task's trigger in line, the task instance back in state queued; the trigger
+    row the deferral created stays linked to it until the task resumes."""
+    threads: list[threading.Thread] = []
+
+    def _start(table: Path, dag_id: str) -> dict[str, Any]:
+        seen: dict[str, Any] = {"trigger": None, "appended": False}
+
+        def run() -> None:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and seen["trigger"] is None:
+                seen["trigger"] = sensor_trigger(airflow_db, dag_id)
+                time.sleep(0.1)
+            time.sleep(1)  # a poll or two find nothing new first
+            write_deltalake(str(table), sales(100, 5), mode="append")
+            seen["appended"] = True
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        threads.append(thread)
+        return seen
+
+    yield _start
+    for thread in threads:
+        thread.join(timeout=120)
+
+
+@pytest.mark.spark
+def test_event_driven_regeneration_follows_a_new_commit(run_dag, load_example, append_when_deferred,
+                                                        tmp_path: Path) -> None:
+    java()
+    table = tmp_path / "sales"
+    write_deltalake(str(table), sales(0, 6), partition_by=["region"])
+    catalog = catalog_for(tmp_path)
+    convert(str(table), catalog_config=catalog, identifier="shop.sales")  # Iceberg is up to date at version 0
+    dag_id = "deltaberg_event_driven_regeneration"
+    dag = load_example(dag_id, DELTABERG_TABLE_URI=str(table), DELTABERG_IDENTIFIER="shop.sales",
+                       DELTABERG_CATALOG=json.dumps(catalog), DELTABERG_SPARK_CONF=json.dumps(FAST_SPARK_CONF),
+                       DELTABERG_POKE_SECONDS="0.5", DELTABERG_WAIT_HOURS="0.05")
+    seen = append_when_deferred(table, dag_id)
+
+    result = run_dag(dag)
+
+    assert result.state == "success", {t: result.ti(t).state for t in dag.task_ids}
+    # The commit came while the trigger was polling.
+    assert seen == {"trigger": "airflow_deltaberg.triggers.delta_commit.DeltaCommitTrigger", "appended": True}
+    commits = result.xcom("wait_for_commits")
+    assert commits == {"table": str(table), "from_version": 1, "to_version": 1, "new_commits": 1,
+                       "start_version": 0, "start_from": "iceberg"}
+    regenerated = result.xcom("regenerate")
+    assert (regenerated["mode"], regenerated["delta_version"], regenerated["identifier"]) == (
+        "incremental", 1, "shop.sales")
+    checked = result.xcom("check_row_counts")
+    assert checked == {"identifier": "shop.sales", "snapshot_id": regenerated["snapshot_id"], "delta_version": 1,
+                       "iceberg_rows": 11, "delta_rows": 11}
+    assert iceberg_rows(catalog, "shop.sales") == delta_rows(table)
+
+
+def test_event_driven_check_fails_on_a_row_count_mismatch(run_dag, load_example, tmp_path: Path) -> None:
+    """The check task against an Iceberg table that does not hold the Delta rows: one that lags (the
+    regeneration did not happen), and the Iceberg table of another Delta table (a wrong identifier)."""
+    table, other = tmp_path / "sales", tmp_path / "other"
+    write_deltalake(str(table), sales(0, 4))
+    write_deltalake(str(other), sales(0, 2))
+    write_deltalake(str(other), sales(2, 1), mode="append")
+    catalog = catalog_for(tmp_path)
+    convert(str(table), catalog_config=catalog, identifier="shop.sales")  # at version 0
+    convert(str(other), catalog_config=catalog, identifier="shop.other")  # at version 1: 3 rows
+    write_deltalake(str(table), sales(4, 2), mode="append")  # version 1: 6 rows
+    dag = load_example("deltaberg_event_driven_regeneration", DELTABERG_TABLE_URI=str(table),
+                       DELTABERG_IDENTIFIER="shop.sales", DELTABERG_CATALOG=json.dumps(catalog),
+                       DELTABERG_POKE_SECONDS="0.5", DELTABERG_WAIT_HOURS="0.05")
+    caught: list[BaseException | None] = []
+    dag.get_task("check_row_counts").on_failure_callback = [lambda context: caught.append(context.get("exception"))]
+
+    lagging = run_dag(dag, mark_success_pattern="regenerate")  # Spark never runs
+
+    assert lagging.xcom("wait_for_commits")["to_version"] == 1
+    assert (lagging.ti("check_row_counts").state, lagging.state) == ("failed", "failed")
+    assert "Iceberg table shop.sales is behind" in str(caught[-1])
+    assert "holds Delta version 0" in str(caught[-1]) and "to reach 1" in str(caught[-1])
+
+    wrong = run_dag(dag, mark_success_pattern="regenerate", run_conf={"identifier": "shop.other"})
+
+    assert wrong.ti("check_row_counts").state == "failed"
+    assert str(caught[-1]).startswith("row count mismatch: Iceberg table shop.other")
+    assert "has 3 rows" in str(caught[-1]) and f"{table} has 6 at version 1" in str(caught[-1])
+
+
+# -- compliance monitoring ------------------------------------------------------------------------------------
+
+
+def mail_parts(message: Any) -> tuple[str, dict[str, str]]:
+    body, attachments = "", {}
+    for part in message.walk():
+        if part.get_content_maintype() == "multipart":
+            continue
+        if part.get_filename():
+            attachments[part.get_filename()] = part.get_payload(decode=True).decode()
+        else:
+            body += part.get_payload(decode=True).decode()
+    return body, attachments
+
+
+def test_compliance_monitoring_alerts_when_the_table_drifts(run_dag, load_example, table_helpers, smtp_server,
+                                                             webhook_server, monkeypatch, tmp_path: Path) -> None:
+    table = ct.create_compliant_table(tmp_path / "orders", [("id", "long"), ("name", "string")])
+    ct.add_files(table, {"id": [1, 2, 3], "name": ["a", "b", None]})
+    path = tmp_path / "orders"
+    monkeypatch.setenv("AIRFLOW_CONN_COMPLIANCE_HOOK", json.dumps(
+        {"conn_type": "http", "host": webhook_server.host, "port": webhook_server.port, "schema": "http"}))
+    dag = load_example("deltaberg_compliance_monitoring", DELTABERG_TABLE_URI=str(path),
+                       DELTABERG_ALERT_EMAIL="owner@deltaberg.test, oncall@deltaberg.test",
+                       DELTABERG_SMTP_CONN_ID="smtp_test", DELTABERG_WEBHOOK_CONN_ID="compliance_hook",
+                       DELTABERG_WEBHOOK_ENDPOINT="alerts/compliance")
+
+    compliant = run_dag(dag)
+
+    assert compliant.state == "success"
+    report = compliant.xcom("validate")
+    assert report["compliant"] is True and report["level"] == "writer-compat-v1"
+    assert report["data_checks"] is True and report["files_sampled"] == 1
+    assert smtp_server.messages == [] and webhook_server.requests == []
+
+    table_helpers.disable_writer_compat(path)  # someone turns the feature off
+    drifted = run_dag(dag)
+
+    assert drifted.state == "failed"
+    ti = drifted.ti("validate")
+    assert (ti.state, ti.try_number) == ("failed", 1)
+    report = drifted.xcom("validate", "compliance_report")
+    assert report["compliant"] is False
+    assert [v["rule_id"] for v in report["violations"]] == ["property.enable-writer-compat-v1"]
+    (message,) = smtp_server.messages
+    assert smtp_server.envelopes[0][1] == ["owner@deltaberg.test", "oncall@deltaberg.test"]
+    assert message["Subject"].startswith("[deltaberg] deltaberg_compliance_monitoring.validate: NOT COMPLIANT")
+    body, attachments = mail_parts(message)
+    assert "property.enable-writer-compat-v1" in body
+    assert json.loads(attachments["compliance_report.json"]) == report
+    (request,) = webhook_server.requests
+    assert request.path == "/alerts/compliance"
+    assert request.json() == report
+
+
+# -- enablement --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_enablement_plans_rewrites_and_validates(run_dag, load_example, monkeypatch, tmp_path: Path) -> None:
+    java()
+    # The enable operator runs `spark-submit` from PATH (unlike the regenerate operator, it does not look next to
+    # the Python): the one of this environment's pyspark.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    table = tmp_path / "sales"
+    write_deltalake(str(table), sales(0, 5), partition_by=["region"])
+    write_deltalake(str(table), sales(5, 2), mode="append")
+    before = delta_rows(table)
+    dag = load_example("deltaberg_enable_writer_compat", DELTABERG_TABLE_URI=str(table),
+                       DELTABERG_SPARK_JARS=delta_spark_jars(), DELTABERG_SPARK_CONF=json.dumps(FAST_SPARK_CONF))
+
+    result = run_dag(dag)
+
+    assert result.state == "success", {t: result.ti(t).state for t in dag.task_ids}
+    plan = result.xcom("plan", "enable_plan")
+    assert (plan["read_version"], plan["needs_rewrite"], plan["blockers"]) == (1, True, [])
+    assert result.xcom("plan")["action"] == "dry-run"
+    enabled = result.xcom("enable")
+    assert (enabled["action"], enabled["committed_version"]) == ("rewrite", 2)
+    report = result.xcom("validate")
+    assert report["compliant"] is True and report["level"] == "writer-compat-v1"
+    assert validate(str(table), data_checks=True).compliant
+    assert delta_rows(table) == before  # the same rows, read by deltalake through column mapping

@@ -1,0 +1,86 @@
+"""The two manifest engines under test (tests/spark/test_engine_parity.py, test_regenerate.py): the regenerate
+application run through spark-submit, and the manifests a conversion wrote, read back with fastavro and compared
+entry by entry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow.parquet as pq
+
+from support.environment import REPO_ROOT
+from support.spark_session import run_spark_submit
+
+APP = str(REPO_ROOT / "airflow_deltaberg" / "spark" / "regenerate.py")
+
+
+def spark_submit(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """The regenerate application file with ``arguments`` through spark-submit on local[2]."""
+    return run_spark_submit(APP, *arguments, master="local[2]")
+
+
+def _local(location: str) -> str:
+    return location[len("file:"):] if location.startswith("file:") else location
+
+
+def _relative(value: Any, root: str) -> Any:
+    """``value`` with the table root taken off every location in it (the two copies live in different folders)."""
+    if isinstance(value, dict):
+        return {k: _relative(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative(v, root) for v in value]
+    if isinstance(value, bytes) and value.startswith(root.encode()):  # a bound of a position delete's file_path
+        return _relative(value.decode(), root)
+    if isinstance(value, str):
+        local = _local(value)
+        return local[len(root) + 1:] if local.startswith(root + "/") else value
+    return value
+
+
+def _delete_file(data_file: dict[str, Any], root: str) -> dict[str, Any]:
+    """A delete file's entry as both copies can agree on: its name (derived from the data file's location) and
+    size left out, the positions of a position delete file read in."""
+    location = data_file.pop("file_path")
+    data_file.pop("file_size_in_bytes")
+    data_file.pop("column_sizes", None)
+    if location.endswith(".parquet"):
+        rows = pq.read_table(_local(location))
+        data_file["positions"] = list(zip(_relative(rows.column("file_path").to_pylist(), root),
+                                          rows.column("pos").to_pylist(), strict=True))
+    return data_file
+
+
+def _avro(location: str) -> list[dict[str, Any]]:
+    with open(_local(location), "rb") as handle:
+        return list(fastavro.reader(handle))
+
+
+def written_manifests(metadata_location: str, root: Path) -> list[dict[str, Any]]:
+    """The current snapshot's manifests in manifest-list order, each its list row (location left out: the names
+    are fresh per attempt) and its entries in file order, locations relative to ``root``."""
+    metadata = json.loads(Path(_local(metadata_location)).read_text())
+    current = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
+    manifests = []
+    for row in _avro(current["manifest-list"]):
+        entries = _avro(row.pop("manifest_path"))
+        row.pop("manifest_length")  # the delete files' names (and so the manifests) differ in length
+        for entry in entries:
+            data_file = entry["data_file"]
+            if data_file["content"] == 0:  # only its location names the table (a walk of every value is slow)
+                data_file["file_path"] = _relative(data_file["file_path"], str(root))
+            else:
+                entry["data_file"] = _relative(_delete_file(data_file, str(root)), str(root))
+        manifests.append({"list_row": row, "entries": entries})
+    return manifests
+
+
+def assert_same_manifests(in_process: list[dict[str, Any]], by_spark: list[dict[str, Any]]) -> None:
+    assert [len(m["entries"]) for m in by_spark] == [len(m["entries"]) for m in in_process], "grouping differs"
+    for i, (mine, theirs) in enumerate(zip(in_process, by_spark, strict=True)):
+        assert theirs["list_row"] == mine["list_row"], f"manifest {i}"
+        for j, (entry, other) in enumerate(zip(mine["entries"], theirs["entries"], strict=True)):
+            assert other == entry, f"manifest {i} entry {j}"

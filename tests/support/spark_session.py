@@ -1,0 +1,140 @@
+"""The one local Spark session of a test run (Delta on Spark, plus Delta Kernel and Iceberg's Spark runtime on its
+JVM), and Delta Kernel (Java) through py4j.
+
+The jars come from ``scripts/fetch_jars.sh`` (support.environment.JARS_DIR) and Java is a prerequisite of the
+project: when either is missing the tests that need them fail and say so (they never skip: a run that silently
+skips the Delta parity checks would prove nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.environment import JARS_DIR, REPO_ROOT, missing_jars
+
+#: Jars the Spark session cannot do without (Delta on Spark), as glob patterns in JARS_DIR.
+REQUIRED_JARS = ("delta-spark_*.jar", "delta-storage-*.jar")
+#: Jars of Delta Kernel (Java) and its one dependency missing from pyspark: only the `kernel` fixture needs them.
+KERNEL_JARS = ("delta-kernel-api-*.jar", "delta-kernel-defaults-*.jar", "jackson-datatype-jdk8-*.jar")
+#: Iceberg's Spark runtime (the Java reference implementation): only the `iceberg_spark` fixture needs it.
+ICEBERG_JARS = ("iceberg-spark-runtime-*.jar",)
+
+
+def require_jars(patterns: tuple[str, ...], what: str) -> None:
+    """Fail the test when a jar of scripts/fetch_jars.sh is missing."""
+    missing = missing_jars(patterns)
+    if missing:
+        pytest.fail(f"{what}: jars {missing} are not in {JARS_DIR}; run scripts/fetch_jars.sh", pytrace=False)
+
+
+def java() -> str:
+    """The java executable (JAVA_HOME's, else PATH's); fails the test when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        pytest.fail("no Java runtime (java not on PATH, JAVA_HOME unset): Spark and the REST catalog need one",
+                    pytrace=False)
+    return found
+
+
+def spark_session() -> Iterator[Any]:
+    """The body of the ``spark`` fixture of support.plugin: a local[2] SparkSession with the Delta extension and
+    catalog, and every jar of JARS_DIR on its classpath; stopped at the end."""
+    require_jars(REQUIRED_JARS, "Delta on Spark")
+    java()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        pytest.fail("a SparkSession is already active in this process: its classpath lacks the Delta jars",
+                    pytrace=False)
+    # Python workers (UDFs, mapInArrow) run `python3` from PATH unless told: use this interpreter and its packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
+    warehouse = REPO_ROOT / ".cache" / "spark-warehouse"
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("deltaberg-tests")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.catalogImplementation", "in-memory")  # no derby metastore_db in the cwd
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        # Short-lived JVM doing many small queries: C1-only JIT and the serial GC cut the run time by a third to
+        # a half on a 2-core machine (C2 compilations and parallel GC threads compete with the queries).
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.log.level", "ERROR")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        # py4j logs "closing" from finalizers after pytest closed its streams: keep the end of the run clean.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+
+
+class Kernel:
+    """Delta Kernel (Java) on the Spark driver's JVM, through py4j: ``k.api`` is the ``io.delta.kernel``
+    package, ``k.engine`` a DefaultEngine on the session's Hadoop configuration."""
+
+    def __init__(self, spark: Any):
+        self.jvm = spark._jvm
+        self.api = self.jvm.io.delta.kernel
+        self.types = self.api.types
+        self.engine = self.api.defaults.engine.DefaultEngine.create(spark._jsc.hadoopConfiguration())
+
+    def java_map(self, values: dict[str, Any]) -> Any:
+        out = self.jvm.java.util.HashMap()
+        for key, value in values.items():
+            out.put(key, value)
+        return out
+
+    def java_list(self, values: list[Any]) -> Any:
+        out = self.jvm.java.util.ArrayList()
+        for value in values:
+            out.add(value)
+        return out
+
+
+def delta_spark_jars() -> str:
+    """The delta-spark and delta-storage jars, comma-separated for ``--jars``/``spark.jars`` of a spark-submit."""
+    require_jars(REQUIRED_JARS, "spark-submit with Delta")
+    return ",".join(sorted(str(p) for p in JARS_DIR.glob("delta-*.jar") if "kernel" not in p.name))
+
+
+def run_spark_submit(application: str, *arguments: str, master: str = "local[2]", jars: str | None = None,
+                     conf: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``application`` with ``arguments`` through the pyspark install's own spark-submit (its own JVM)."""
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("SPARK_HOME", None)  # the pyspark install's own
+    settings = {"spark.ui.enabled": "false",
+                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", **(conf or {})}
+    command = [str(submit), "--master", master, *(["--jars", jars] if jars else [])]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    return subprocess.run([*command, application, *arguments], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
