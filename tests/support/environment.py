@@ -19,8 +19,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The jars of scripts/fetch_jars.sh (``<repo>/.jars``, or ``$DELTABERG_JARS_DIR``).
 JARS_DIR = (REPO_ROOT / os.environ.get("DELTABERG_JARS_DIR", ".jars")).resolve()
-#: The fixture tables live next to the repository: <repo>/../shared/fixtures/delta (read-only there).
-FIXTURES_DIR = REPO_ROOT.parent / "shared/fixtures/delta"
+#: The fixture tables live next to the repository: <repo>/../shared/fixtures/delta (read-only there). Resolved:
+#: readers such as deltalake name files by their real path when ../shared is a symbolic link.
+FIXTURES_DIR = (REPO_ROOT.parent / "shared/fixtures/delta").resolve()
 FIXTURES_MISSING_REASON = (
     f"../shared/fixtures is absent: the Delta fixture tables are expected at {FIXTURES_DIR} "
     "(a sibling of the repository checkout); they are not part of this repository"
