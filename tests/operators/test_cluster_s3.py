@@ -247,6 +247,10 @@ def test_dag_on_the_cluster_full_then_incremental(run_dag, dag_id: str, lake: La
     assert "Regenerating the Iceberg metadata of" in logs.out + logs.err  # the task logs are what was captured
     assert SECRET_KEY not in logs.out + logs.err
     assert all(secret_free(result.xcom(t)) for result in (first, second) for t in dag.task_ids)
+    # Nor in the cluster's logs (master, workers, executors' stdout/stderr) and the application's event log.
+    logged = [p for folder in (lake.cluster.root, lake.events) for p in folder.rglob("*")
+              if p.is_file() and SECRET_KEY.encode() in p.read_bytes()]
+    assert logged == []
 
 
 def test_deletion_vector_table_as_iceberg_v3(run_dag, dag_id: str, lake: Lake, copy_fixture) -> None:
@@ -357,6 +361,8 @@ def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -
     assert sorted(n for n in after if n.endswith(".metadata.json")) == sorted(
         n for n in metadata if n.endswith(".metadata.json"))
     assert lake.hint(uri) == hint and lake.catalog_location("shop.orders") == pointer
+    left = set(after) - set(metadata)  # the killed attempt's files, referenced by no metadata
+    assert any(n.endswith("manifest-groups.staging.arrow") for n in left), sorted(left)
     assert iceberg_rows(lake.catalog, "shop.orders") == (delta_rows(lake.s3, uri, 0), 0)
 
     again = run_dag(full)
