@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,40 @@ CATALOG_NAME = "lake"
 # -- the servers (one of each for the module) ------------------------------------------------------------------
 
 
+@dataclass
+class Lake:
+    """What a test of this module works with: the cluster, S3, the REST catalog server, and the folder of the Spark
+    event logs of the test's applications."""
+
+    cluster: SparkCluster
+    s3: S3Endpoint
+    rest: RestServer
+    events: Path
+
+    @property
+    def catalog(self) -> dict[str, str]:
+        return {"type": "rest", "uri": self.rest.uri, **self.s3.pyiceberg_properties}
+
+    def spark_conf(self) -> dict[str, str]:
+        return {**self.cluster.app_conf(), "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": self.events.as_uri(), "spark.eventLog.rolling.enabled": "false",
+                "spark.eventLog.compress": "false"}
+
+    def metadata_files(self, table_uri: str) -> dict[str, str]:
+        """The Iceberg metadata folder of the table on S3: name -> size (every file, staging included)."""
+        fs = self.s3.filesystem()
+        folder = f"{table_uri}/_iceberg/metadata"
+        if not fs.exists(folder):
+            return {}
+        return {p.rsplit("/", 1)[-1]: str(info["size"]) for p, info in fs.find(folder, detail=True).items()}
+
+    def hint(self, table_uri: str) -> str:
+        return self.s3.filesystem().cat_file(f"{table_uri}/_iceberg/metadata/version-hint.text").decode()
+
+    def catalog_location(self, identifier: str) -> str:
+        return load_catalog(CATALOG_NAME, **self.catalog).load_table(identifier).metadata_location
+
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
     yield from s3_server(tmp_path_factory.mktemp("s3"))
@@ -80,34 +115,6 @@ def lake(spark_cluster: SparkCluster, s3: S3Endpoint, rest_s3: RestServer, monke
     events = tmp_path / "spark-events"
     events.mkdir()
     return Lake(spark_cluster, s3, rest_s3, events)
-
-
-class Lake:
-    def __init__(self, cluster: SparkCluster, s3: S3Endpoint, rest: RestServer, events: Path) -> None:
-        self.cluster, self.s3, self.rest, self.events = cluster, s3, rest, events
-
-    @property
-    def catalog(self) -> dict[str, str]:
-        return {"type": "rest", "uri": self.rest.uri, **self.s3.pyiceberg_properties}
-
-    def spark_conf(self) -> dict[str, str]:
-        return {**self.cluster.app_conf(), "spark.eventLog.enabled": "true",
-                "spark.eventLog.dir": self.events.as_uri(), "spark.eventLog.rolling.enabled": "false",
-                "spark.eventLog.compress": "false"}
-
-    def metadata_files(self, table_uri: str) -> dict[str, str]:
-        """The Iceberg metadata folder of the table on S3: name -> size (every file, staging included)."""
-        fs = self.s3.filesystem()
-        folder = f"{table_uri}/_iceberg/metadata"
-        if not fs.exists(folder):
-            return {}
-        return {p.rsplit("/", 1)[-1]: str(info["size"]) for p, info in fs.find(folder, detail=True).items()}
-
-    def hint(self, table_uri: str) -> str:
-        return self.s3.filesystem().cat_file(f"{table_uri}/_iceberg/metadata/version-hint.text").decode()
-
-    def catalog_location(self, identifier: str) -> str:
-        return load_catalog(CATALOG_NAME, **self.catalog).load_table(identifier).metadata_location
 
 
 # -- rows, events, DAGs ----------------------------------------------------------------------------------------

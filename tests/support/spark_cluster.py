@@ -120,6 +120,15 @@ class SparkCluster:
 
     def start_worker(self, index: int) -> ClusterProcess:
         """Start worker ``index`` (again, after a kill) and wait until the master lists it alive."""
+        worker = self._launch_worker(index)
+        self._wait_registered(index)
+        return worker
+
+    def _wait_registered(self, index: int) -> None:
+        worker = self.workers[index]
+        _wait_for(lambda: worker.web_url in self.alive_workers(), f"worker {index} to register", worker)
+
+    def _launch_worker(self, index: int) -> ClusterProcess:
         web_port = free_port()
         work = self.work_dir(index)
         work.mkdir(parents=True, exist_ok=True)
@@ -133,7 +142,6 @@ class SparkCluster:
             self.workers[index] = worker
         else:
             self.workers.append(worker)
-        _wait_for(lambda: worker.web_url in self.alive_workers(), f"worker {index} to register", worker)
         return worker
 
     def ensure_workers(self) -> None:
@@ -205,8 +213,10 @@ def spark_cluster(root: Path, workers: int = WORKERS) -> Iterator[SparkCluster]:
     cluster = SparkCluster(root, host, port, master)
     try:
         _wait_for(lambda: master.json()["status"] == "ALIVE", "the master", master)
+        for index in range(workers):  # the JVMs start side by side
+            cluster._launch_worker(index)
         for index in range(workers):
-            cluster.start_worker(index)
+            cluster._wait_registered(index)
         yield cluster
     finally:
         cluster.stop()
