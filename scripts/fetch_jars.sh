@@ -62,4 +62,21 @@ if [ ! -f "$REST_DIR/.complete" ] || [ "$(cat "$REST_DIR/.complete")" != "$REST_
   rm -rf "$REST_DIR"
   mv "$work/jars" "$REST_DIR"
 fi
+# S3 for that REST server (Iceberg's S3FileIO, the AWS SDK v2 bundle Iceberg publishes for it, and the retry
+# library S3FileIO needs besides), in a folder of
+# their own: only the server of the cluster + S3 tests (tests/operators/test_cluster_s3.py) puts them on its
+# classpath, next to $REST_DIR. The converter itself needs no jar for S3: it writes through fsspec (s3fs).
+REST_AWS_DIR="$JARS_DIR/rest-aws"
+REST_AWS_ARTIFACTS=(
+  org.apache.iceberg:iceberg-aws:1.10.0
+  org.apache.iceberg:iceberg-aws-bundle:1.10.0
+  dev.failsafe:failsafe:3.3.2
+)
+mkdir -p "$REST_AWS_DIR"
+for artifact in "${REST_AWS_ARTIFACTS[@]}"; do
+  IFS=: read -r group name version <<< "$artifact"
+  if [ ! -f "$REST_AWS_DIR/$name-$version.jar" ]; then
+    mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$REST_AWS_DIR" -Dtransitive=false >&2
+  fi
+done
 ls "$JARS_DIR"/*.jar

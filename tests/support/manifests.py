@@ -41,39 +41,45 @@ def _relative(value: Any, root: str) -> Any:
     return value
 
 
-def _delete_file(data_file: dict[str, Any], root: str) -> dict[str, Any]:
+def _delete_file(data_file: dict[str, Any], root: str, fs: Any = None) -> dict[str, Any]:
     """A delete file's entry as both copies can agree on: its name (derived from the data file's location) and
     size left out, the positions of a position delete file read in."""
     location = data_file.pop("file_path")
     data_file.pop("file_size_in_bytes")
     data_file.pop("column_sizes", None)
     if location.endswith(".parquet"):
-        rows = pq.read_table(_local(location))
+        rows = pq.read_table(_local(location), filesystem=fs)
         data_file["positions"] = list(zip(_relative(rows.column("file_path").to_pylist(), root),
                                           rows.column("pos").to_pylist(), strict=True))
     return data_file
 
 
-def _avro(location: str) -> list[dict[str, Any]]:
-    with open(_local(location), "rb") as handle:
+def _open(location: str, fs: Any = None) -> Any:
+    return open(_local(location), "rb") if fs is None else fs.open(location, "rb")
+
+
+def _avro(location: str, fs: Any = None) -> list[dict[str, Any]]:
+    with _open(location, fs) as handle:
         return list(fastavro.reader(handle))
 
 
-def written_manifests(metadata_location: str, root: Path) -> list[dict[str, Any]]:
+def written_manifests(metadata_location: str, root: Path | str, fs: Any = None) -> list[dict[str, Any]]:
     """The current snapshot's manifests in manifest-list order, each its list row (location left out: the names
-    are fresh per attempt) and its entries in file order, locations relative to ``root``."""
-    metadata = json.loads(Path(_local(metadata_location)).read_text())
+    are fresh per attempt) and its entries in file order, locations relative to ``root``. ``fs``: the fsspec
+    filesystem of a table on an object store (``root`` its URI); local files without it."""
+    with _open(metadata_location, fs) as handle:
+        metadata = json.loads(handle.read())
     current = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
     manifests = []
-    for row in _avro(current["manifest-list"]):
-        entries = _avro(row.pop("manifest_path"))
+    for row in _avro(current["manifest-list"], fs):
+        entries = _avro(row.pop("manifest_path"), fs)
         row.pop("manifest_length")  # the delete files' names (and so the manifests) differ in length
         for entry in entries:
             data_file = entry["data_file"]
             if data_file["content"] == 0:  # only its location names the table (a walk of every value is slow)
                 data_file["file_path"] = _relative(data_file["file_path"], str(root))
             else:
-                entry["data_file"] = _relative(_delete_file(data_file, str(root)), str(root))
+                entry["data_file"] = _relative(_delete_file(data_file, str(root), fs), str(root))
         manifests.append({"list_row": row, "entries": entries})
     return manifests
 

@@ -22,6 +22,7 @@ from support import (
     spark_session,
     tables,
 )
+from support import spark_cluster as cluster_support
 from support.airflow_dags import DagRunResult, dag_id_for, migrate_airflow_db
 from support.airflow_dags import run_dag as run_dag_now
 from support.environment import FIXTURE_TABLES, FIXTURES_DIR, FIXTURES_MISSING_REASON
@@ -168,6 +169,12 @@ def iceberg_spark(spark: Any) -> Any:
     """
     spark_session.require_jars(spark_session.ICEBERG_JARS, "Iceberg on Spark")
     return spark
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster_support.SparkCluster]:
+    """A Spark standalone cluster on loopback: one master, two workers (separate JVMs; ~15 s to start)."""
+    yield from cluster_support.spark_cluster(tmp_path_factory.mktemp("spark-cluster"))
 
 
 # -- loopback servers --------------------------------------------------------------------------------------

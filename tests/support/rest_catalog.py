@@ -12,7 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,8 @@ from support.servers import free_port
 from support.spark_session import java
 
 REST_JARS_DIR = JARS_DIR / "rest"
+#: Iceberg's S3FileIO and the AWS SDK bundle, for a server whose tables live on S3 (``rest_catalog_server(s3=...)``).
+REST_AWS_JARS_DIR = JARS_DIR / "rest-aws"
 SERVER_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
 START_TIMEOUT_S = 90.0
 
@@ -51,11 +53,21 @@ def _wait_until_up(process: subprocess.Popen[bytes], uri: str, server: RestServe
     raise RuntimeError(f"the REST catalog server did not answer within {START_TIMEOUT_S} s:\n{server.log_tail()}")
 
 
-def rest_catalog_server(root: Path) -> Iterator[RestServer]:
-    """The body of the ``rest_server`` fixture of support.plugin: a running server whose catalog lives in ``root``."""
+def rest_catalog_server(root: Path, s3_env: Mapping[str, str] | None = None) -> Iterator[RestServer]:
+    """The body of the ``rest_server`` fixture of support.plugin: a running server whose catalog lives in ``root``.
+
+    ``s3_env``: the CATALOG_* properties of an S3 FileIO (support.object_store), for tables on S3; the server then
+    has Iceberg's S3FileIO on its classpath (it reads the metadata a table is registered on, and writes its own).
+    """
     if not list(REST_JARS_DIR.glob("iceberg-open-api-*-test-fixtures.jar")):
         pytest.fail(f"the REST catalog server jars are not in {REST_JARS_DIR}; run scripts/fetch_jars.sh",
                     pytrace=False)
+    classpath = f"{REST_JARS_DIR}/*"
+    if s3_env is not None:
+        if not list(REST_AWS_JARS_DIR.glob("iceberg-aws-bundle-*.jar")):
+            pytest.fail(f"the REST catalog server's S3 jars are not in {REST_AWS_JARS_DIR}; run "
+                        "scripts/fetch_jars.sh", pytrace=False)
+        classpath += f":{REST_AWS_JARS_DIR}/*"
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     server = RestServer(uri, root / "server.log")
@@ -66,10 +78,11 @@ def rest_catalog_server(root: Path) -> Iterator[RestServer]:
         "CATALOG_WAREHOUSE": (root / "warehouse").as_uri(),
         # A file, not the default in-memory SQLite: every pooled JDBC connection must see the same catalog.
         "CATALOG_URI": f"jdbc:sqlite:{root / 'catalog.db'}",
+        **(s3_env or {}),
     }
     with server.log.open("wb") as log:
         process = subprocess.Popen(
-            [java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{REST_JARS_DIR}/*", SERVER_CLASS],
+            [java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath, SERVER_CLASS],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=root,
         )
     try:
