@@ -174,7 +174,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
                       f"{masked_properties(catalog_config)}" if catalog_config is not None else "")
         spark = spark_target(self.spark_conn_id, deploy_mode=self.spark_deploy_mode,
                              spark_binary=self.spark_binary_name)
-        with SparkApplicationRun(spark, "deltaberg-regenerate-", self.result_location) as run:
+        with SparkApplicationRun(spark, "deltaberg-regenerate-", self.result_location, storage_options) as run:
             self._prepare_submit(run, target, identifier, catalog_config, storage_options)
             try:
                 payload = run.result(partial(SparkSubmitOperator.execute, self, context))

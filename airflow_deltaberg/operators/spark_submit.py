@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
 from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.spark.protocol import error_from_document, read_result, result_payload
+from airflow_deltaberg.spark.protocol import error_from_document, read_result, remove_result, result_payload
 
 DEFAULT_SPARK_BINARY = "spark-submit"
 
@@ -113,18 +113,23 @@ class SparkApplicationRun:
     :param prefix: the work directory's name prefix.
     :param result_location: where the application writes its result document; default a file in the work
         directory. A document left there by an earlier try is removed first.
+    :param storage_options: the table's storage options, which reach a ``result_location`` on an object store (the
+        application writes it with the same options).
     """
 
-    def __init__(self, target: SparkTarget, prefix: str, result_location: str | None = None) -> None:
+    def __init__(self, target: SparkTarget, prefix: str, result_location: str | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
         self.target = target
         self._prefix = prefix
         self._result_location = result_location
+        self._storage_options = storage_options
         self._work: tempfile.TemporaryDirectory[str] | None = None
 
     def __enter__(self) -> SparkApplicationRun:
         self._work = tempfile.TemporaryDirectory(prefix=self._prefix)
         if self._result_location:
-            _remove(self._result_location)  # a result left by an earlier try must not pass for this one's
+            # A result left by an earlier try must not pass for this one's.
+            remove_result(self._result_location, self._storage_options)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -167,17 +172,9 @@ class SparkApplicationRun:
         try:
             submit()
         except AirflowException as exc:
-            document = read_result(self.result_location)
+            document = read_result(self.result_location, self._storage_options)
             if document is not None and "error" in document:
                 raise error_from_document(document) from exc
             raise
-        document = read_result(self.result_location)
+        document = read_result(self.result_location, self._storage_options)
         return None if document is None else result_payload(document)
-
-
-def _remove(location: str) -> None:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(location)
-    if fs.exists(path):
-        fs.rm_file(path)

@@ -178,8 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     storage_options = json_object_argument(args.storage_options_json, "--storage-options-json")
     spark = _session()
     try:
-        return run_application("enable rewrite", args.result_file,
-                               lambda: run_rewrite(spark, args.table, args.read_version, storage_options).to_dict())
+        return run_application(
+            "enable rewrite", args.result_file,
+            lambda: run_rewrite(spark, args.table, args.read_version, storage_options).to_dict(), storage_options,
+        )
     finally:
         spark.stop()
 

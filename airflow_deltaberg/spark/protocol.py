@@ -4,7 +4,8 @@ Importing it needs neither pyspark nor Airflow.
 
 **Arguments.** A JSON object argument (storage options, catalog properties) is the JSON itself or ``@PATH``, a
 file the submitting side wrote readable by its user only (a command line is visible to every user of the machine).
-``--result-file LOCATION`` (any fsspec location) is where the document goes.
+``--result-file LOCATION`` (a path or any fsspec location, reached with ``--storage-options-json``) is where the
+document goes.
 
 **Result document.**
 
@@ -35,6 +36,7 @@ from airflow_deltaberg.core.errors import (
     error_classes,
 )
 from airflow_deltaberg.core.errors import error_document as _error_fields
+from airflow_deltaberg.core.storage import Storage, open_storage
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -80,24 +82,37 @@ def error_document(error: BaseException) -> dict[str, Any]:
     return document
 
 
-def write_result(location: str | None, document: Mapping[str, Any]) -> None:
+def _result_store(location: str, storage_options: Mapping[str, Any] | None) -> tuple[Storage, str]:
+    """The storage of the folder holding ``location`` (with the table's storage options: a result on an object
+    store is reached with the same credentials as the table), and the file's name in it."""
+    folder, _, name = location.rstrip("/").rpartition("/")
+    return open_storage(folder or ".", storage_options), name
+
+
+def write_result(location: str | None, document: Mapping[str, Any],
+                 storage_options: Mapping[str, Any] | None = None) -> None:
     if location:
-        import fsspec
-
-        with fsspec.open(location, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2)
+        store, name = _result_store(location, storage_options)
+        store.replace(name, json.dumps(document, indent=2).encode())
 
 
-def read_result(location: str) -> dict[str, Any] | None:
+def read_result(location: str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The document at ``location``, or None when the application wrote none (or not a JSON object)."""
-    import fsspec
-
+    store, name = _result_store(location, storage_options)
+    if not store.exists(name):
+        return None
     try:
-        with fsspec.open(location, "r", encoding="utf-8") as handle:
-            document = json.load(handle)
-    except (FileNotFoundError, ValueError):
+        document = json.loads(store.read(name))
+    except ValueError:
         return None
     return document if isinstance(document, dict) else None
+
+
+def remove_result(location: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Remove a result document left at ``location`` (by an earlier try)."""
+    store, name = _result_store(location, storage_options)
+    if store.exists(name):
+        store.delete(name)
 
 
 def error_from_document(document: Mapping[str, Any]) -> DeltabergError:
@@ -159,18 +174,19 @@ def _report(value: Any) -> Any:
 # -- the application's end ------------------------------------------------------------------------------------
 
 
-def run_application(name: str, result_file: str | None, work: Callable[[], Mapping[str, Any]]) -> int:
+def run_application(name: str, result_file: str | None, work: Callable[[], Mapping[str, Any]],
+                    storage_options: Mapping[str, Any] | None = None) -> int:
     """Run ``work`` and report it: the result document in ``result_file``, the payload on stdout (indented JSON);
     on a core error its document, one line on stderr and ``EXIT_ERROR``. Any other exception is re-raised after
     its document is written (its traceback is what to look at)."""
     try:
         payload = work()
     except Exception as exc:
-        write_result(result_file, error_document(exc))
+        write_result(result_file, error_document(exc), storage_options)
         if not isinstance(exc, DeltabergError):
             raise
         print(f"{name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    write_result(result_file, success_document(payload))
+    write_result(result_file, success_document(payload), storage_options)
     print(json.dumps(dict(payload), indent=2))
     return EXIT_OK

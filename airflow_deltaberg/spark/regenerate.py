@@ -85,16 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
     writer = SparkManifestWriter(session)
 
+    storage_options = json_object_argument(args.storage_options_json, "--storage-options-json")
+
     def work() -> dict[str, Any]:
         return regenerate(
-            args.table, writer, version=args.version, full=args.full,
-            storage_options=json_object_argument(args.storage_options_json, "--storage-options-json"),
+            args.table, writer, version=args.version, full=args.full, storage_options=storage_options,
             catalog_config=json_object_argument(args.catalog_config_json, "--catalog-config-json"),
             catalog_name=args.catalog_name, identifier=args.identifier, format_version=args.format_version,
         ).to_dict()
 
     try:
-        return run_application("regenerate", args.result_file, work)
+        return run_application("regenerate", args.result_file, work, storage_options)
     finally:
         writer.stop()
 

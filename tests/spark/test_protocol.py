@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from support.object_store import S3Endpoint, s3_server
 
 from airflow_deltaberg.core import errors
 from airflow_deltaberg.core.compat import validate
@@ -29,6 +31,7 @@ from airflow_deltaberg.spark.protocol import (
     error_from_document,
     json_object_argument,
     read_result,
+    remove_result,
     result_payload,
     run_application,
     success_document,
@@ -156,3 +159,26 @@ def test_run_application_reports_and_exits(tmp_path: Path, capsys: pytest.Captur
         run_application("app", location, broken)
     assert read_result(location)["error"] == {"type": "KeyError", "message": "'boom'", "table": None,
                                               "version": None, "file": None, "retryable": True}
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    yield from s3_server(tmp_path_factory.mktemp("s3"))
+
+
+def test_a_result_on_an_object_store_is_reached_with_the_storage_options(
+        s3: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result location on a bucket (cluster deploy mode) is written by the application and read and removed by
+    the operator with the table's storage options, not with whatever default credentials the process has."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    location = s3.uri("results/run-1.json")
+    code = run_application("regenerate", location, lambda: {"mode": "full"}, s3.storage_options)
+    assert code == EXIT_OK
+    assert json.loads(s3.filesystem().cat_file(location)) == {"result": {"mode": "full"}}
+    assert read_result(location, s3.storage_options) == {"result": {"mode": "full"}}
+    remove_result(location, s3.storage_options)
+    assert not s3.filesystem().exists(location)
+    assert read_result(location, s3.storage_options) is None
