@@ -16,6 +16,11 @@ excluded), the peak RSS (``ru_maxrss``) is that process's. Figures are the media
   extrapolated to the full count, against this project's column-at-a-time ``write_manifest`` on the same
   entries and on all of them.
 
+* ratio to deltalake: the whole command ``deltaberg convert TABLE --full --format json`` against a whole process
+  running deltalake's ``DeltaTable(TABLE).get_add_actions(flatten=True)`` (which parses every add's stats into
+  columns), on a generated 300k-file log with 20 stat columns whose checkpoint holds the stats as JSON only (as
+  deltalake writes checkpoints), alternating run by run (``--ratio-only`` runs this part alone).
+
 The 300k-add-action fixture has neither stats nor data files: its record counts cannot be known, so it
 is not convertible. The script runs ``convert`` on a linked copy once and prints the error it raises.
 
@@ -53,13 +58,19 @@ SMALL = "delta-10k-files-20-stat-cols-checkpoint-stats-parsed"
 # The same 1M table with add.stats only (deltalake's checkpoints; bench_snapshot_load.py uses it too).
 BIG_JSON = "delta-1m-files-20-stat-cols-checkpoint"
 PARAMS = {"num_stat_columns": 20, "num_partitions": 100, "commits": 10, "checkpoint": True, "seed": 0}
-SIZES = {BIG: 1_000_000, SMALL: 10_000, BIG_JSON: 1_000_000}
+# The table of the whole-process ratio to deltalake: 300k files, JSON stats only.
+RATIO_JSON = "delta-300k-files-20-stat-cols-checkpoint"
+SIZES = {BIG: 1_000_000, SMALL: 10_000, BIG_JSON: 1_000_000, RATIO_JSON: 300_000}
 STATS_STRUCT = {BIG, SMALL}
 COMMIT_FILES = 100
 REMOVED_PARTITION = "p00042"  # the removed files all come from one partition, picked at random in it
 FULL_SECONDS, FULL_RSS_MB = 10.0, 2 * 1024
 INCREMENTAL_SECONDS, INCREMENTAL_RATIO = 1.0, 1.5
 CHILD_MODES = ("full", "incremental", "naive-ours", "naive-pyiceberg", "fixture", "pick-removed")
+RATIO_TARGET = 1.2
+# The two whole processes of the ratio (cwd = the repository, so this checkout's package is used).
+RATIO_OURS = "import sys; from airflow_deltaberg.cli import main; sys.exit(main())"
+RATIO_PEER = "import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).get_add_actions(flatten=True)"
 
 
 # -- child side -------------------------------------------------------------------------------------
@@ -384,6 +395,86 @@ def _revision() -> str:
     return f"commit {head}" + (" with uncommitted changes in airflow_deltaberg/" if dirty else "")
 
 
+def _run_reaped(cmd: list[str], timeout: float) -> dict:
+    """One whole process: wall seconds, CPU seconds and peak RSS (MiB) of that process alone (wait4's rusage, not
+    the parent's RUSAGE_CHILDREN, whose peak is the largest of every child so far)."""
+    import threading
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    chunks: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda name, pipe: chunks.__setitem__(name, pipe.read()), args=(n, p))
+               for n, p in (("out", proc.stdout), ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    seconds = time.perf_counter() - started
+    for reader in readers:
+        reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    scale = 1 if sys.platform == "darwin" else 1024
+    return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime,
+            "peak_mb": usage.ru_maxrss * scale / (1 << 20), "exit": proc.returncode,
+            "stdout": chunks.get("out", b"").decode(errors="replace"),
+            "stderr": chunks.get("err", b"").decode(errors="replace")}
+
+
+def ratio_to_deltalake(args: argparse.Namespace) -> dict:
+    """``deltaberg convert --full`` against deltalake's get_add_actions(flatten=True), whole processes, on the
+    300k-file JSON-only table, alternating run by run; the medians and their ratio."""
+    source = ensure_table(args.data_dir, RATIO_JSON, args.regenerate)
+    table = args.work / RATIO_JSON
+    shutil.rmtree(table, ignore_errors=True)
+    linked_copy(source, table)
+    runs: dict[str, list[dict]] = {"ours": [], "peer": []}
+    commands = {"ours": [sys.executable, "-c", RATIO_OURS, "convert", str(table), "--full", "--format", "json"],
+                "peer": [sys.executable, "-c", RATIO_PEER, str(table)]}
+    print(f"  300k files (JSON stats only): deltaberg convert vs deltalake, whole processes x{args.runs} ...",
+          flush=True)
+    for _ in range(args.runs):
+        for side, cmd in commands.items():
+            if side == "ours":
+                shutil.rmtree(table / "_iceberg", ignore_errors=True)
+            figures = _run_reaped(cmd, args.timeout)
+            if figures["exit"] != 0:
+                return {"error": f"{side} exited {figures['exit']}: {figures['stderr'].strip()[-300:]}"}
+            if side == "ours":
+                figures["result"] = json.loads(figures["stdout"])
+            del figures["stdout"], figures["stderr"]
+            runs[side].append(figures)
+    out: dict = {"runs": runs}
+    for side in runs:
+        for key in ("seconds", "cpu", "peak_mb"):
+            out[f"{side}_{key}"] = statistics.median(r[key] for r in runs[side])
+    out["ratio"] = out["ours_seconds"] / out["peer_seconds"]
+    out["ratio_cpu"] = out["ours_cpu"] / out["peer_cpu"]
+    return out
+
+
+def print_ratio(ratio: dict, runs: int) -> None:
+    print()
+    if "error" in ratio:
+        print(f"300k files (JSON stats only), ratio to deltalake: failed: {ratio['error']}")
+        return
+    print(f"300k files x 20 stat columns, checkpoint with JSON stats only (as deltalake writes it): whole processes, "
+          f"median of {runs}, alternating run by run:")
+    lines = [[f"ours: deltaberg convert TABLE --full --format json ({ratio['runs']['ours'][-1]['result'].get('mode')})",
+              f"{ratio['ours_seconds']:.2f}", f"{ratio['ours_cpu']:.2f}", f"{ratio['ours_peak_mb']:.0f}",
+              "/".join(f"{r['seconds']:.2f}" for r in ratio["runs"]["ours"])],
+             ["peer: deltalake DeltaTable(TABLE).get_add_actions(flatten=True)", f"{ratio['peer_seconds']:.2f}",
+              f"{ratio['peer_cpu']:.2f}", f"{ratio['peer_peak_mb']:.0f}",
+              "/".join(f"{r['seconds']:.2f}" for r in ratio["runs"]["peer"])]]
+    print_table(["process", "wall s", "CPU s", "peak MB", "runs s"], lines)
+    met = ratio["ratio"] <= RATIO_TARGET
+    print(f"  [{'met' if met else 'NOT met':^7}] 300k files (JSON stats only): deltaberg convert <= {RATIO_TARGET:g}x "
+          f"deltalake's load with stats ({ratio['ratio']:.2f}x wall, {ratio['ratio_cpu']:.2f}x CPU)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is reported")
@@ -399,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=15, help="hotspots to print per profile")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one child process")
     parser.add_argument("--json", type=Path, help="also write all raw figures to this file")
+    parser.add_argument("--ratio-only", action="store_true",
+                        help="only the 300k JSON-only table's whole-process ratio to deltalake")
     parser.add_argument("--child", choices=CHILD_MODES, help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", help=argparse.SUPPRESS)
     parser.add_argument("--work-dir", help=argparse.SUPPRESS)
@@ -424,6 +517,14 @@ def _bench(args: argparse.Namespace) -> int:
 
     print(f"python {platform.python_version()}, pyarrow {pyarrow.__version__}, pyiceberg {pyiceberg.__version__}, "
           f"{os.cpu_count()} CPUs, {platform.machine()}, load average {loadavg()}; engine at {_revision()}")
+    if args.ratio_only:
+        args.work.mkdir(parents=True, exist_ok=True)
+        ratio_300k = ratio_to_deltalake(args)
+        print_ratio(ratio_300k, args.runs)
+        if args.json:
+            args.json.write_text(json.dumps({"ratio_300k": ratio_300k}, indent=1))
+        print(f"\nload average at the end {loadavg()}")
+        return 0
     sources = {name: ensure_table(args.data_dir, name, args.regenerate) for name in (SMALL, BIG, BIG_JSON)}
     shutil.rmtree(args.work, ignore_errors=True)
     for name, source in sources.items():
@@ -533,6 +634,9 @@ def _bench(args: argparse.Namespace) -> int:
     elif fixture_error:
         print(f"300k fixture: the convert child failed: {fixture_error}")
 
+    ratio_300k = ratio_to_deltalake(args)
+    print_ratio(ratio_300k, args.runs)
+
     by_name = {c.name: c for c in cases}
     checks = []  # (text, value, ok, shown, case name, a target of the issue)
     for name in ("1M files, full", "1M files (JSON stats only), full"):
@@ -588,7 +692,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json:
         raw = {"cases": {c.name: {"runs": c.figures.runs, "error": c.figures.error} for c in cases},
                "naive": {s: {"runs": f.runs, "error": f.error} for s, f in naive.items()},
-               "fixture": fixture, "ratio": ratio, "ratio_same_entries": ratio_same}
+               "fixture": fixture, "ratio": ratio, "ratio_same_entries": ratio_same, "ratio_300k": ratio_300k}
         args.json.write_text(json.dumps(raw, indent=1))
     print(f"\nload average at the end {loadavg()}")
     return 0
