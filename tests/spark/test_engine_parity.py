@@ -174,7 +174,7 @@ def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[st
     result_file = tmp_path / "result.json"
     completed = spark_submit("--table", str(with_spark), "--result-file", str(result_file))
     assert completed.returncode == 0, completed.stderr[-4000:]
-    document = json.loads(result_file.read_text())
+    document = json.loads(result_file.read_text())["result"]  # the result protocol (spark/protocol.py)
 
     assert (document["mode"], document["files_added"]) == ("full", in_process.files_added)
     expected = written_manifests(in_process.metadata_location, local)
