@@ -6,8 +6,12 @@ manifests are planned here once for every engine: the live files in ``pruning_or
 of ``MANIFEST_ROWS`` files, one data manifest each; ``write_group`` writes one group (its data manifest, and the
 delete files and delete entries of its deletion vectors). A ``ManifestEngine`` maps ``write_group`` over the
 groups: ``in_process`` (two at a time in this process) or the Spark engine (``airflow_deltaberg.spark.
-manifest_engine``, one group per task); ``write_file_manifests`` then writes the delete manifests of the groups'
+manifest_engine``, one group per task); ``write_groups`` then writes the delete manifests of the groups'
 delete entries, in group order. Both engines give the same entries in the same manifests by construction.
+
+A full conversion (``write_snapshot_manifests``) holds no table of every file with its stats: its groups are spilled
+to files (``manifest_spill.SpilledGroups``) as the stats are read; ``ManifestGroups`` holds a table of files given
+whole (``write_file_manifests``).
 """
 
 from __future__ import annotations
