@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.storage import Storage, open_storage
@@ -78,7 +79,8 @@ class SpilledGroups:
         if not 0 <= index < len(self):
             raise IndexError(f"group {index} of {len(self)}")
         fs, path = self.area.open_storage().arrow_path(self.keys[index // self.groups_per_file])
-        with fs.open_input_file(path) as source:
+        # A local spill file is mapped, not read into buffers: the one copy is the combine below.
+        with (pa.memory_map(path) if isinstance(fs, pafs.LocalFileSystem) else fs.open_input_file(path)) as source:
             spilled = pa.ipc.open_stream(source).read_all().combine_chunks()
         rank = spilled.column(RANK)
         if self.groups_per_file > 1:
@@ -170,7 +172,7 @@ class _Writers:
 
     def flush(self, buffers: dict[int, list[pa.Table]]) -> None:
         for index in sorted(buffers):
-            rows = pa.concat_tables(buffers[index]).combine_chunks()
+            rows = pa.concat_tables(buffers[index])  # one record batch per chunk routed: no copy before the write
             if self.schema is None:
                 self.schema = rows.schema
             self._writer(index).write_table(rows)
