@@ -1,6 +1,7 @@
 """Full Iceberg regeneration with Spark (local[2]) against the in-process converter, on a synthetic Delta log.
 
-The table comes from gen_delta_log.py: ``--num-files`` adds (default 3M) with stats for 20 columns, 100 partitions,
+The table comes from gen_delta_log.py: ``--num-files`` adds (default 3M) with stats for ``--stat-columns`` columns
+(default 20), 100 partitions,
 10 commits and a classic Parquet checkpoint at the last version (``--no-checkpoint``: the JSON commits only). It is
 generated once into benchmarks/data/ and reused. Each run converts its own linked copy (hard links to the log)
 with a full conversion:
@@ -18,7 +19,10 @@ counts pages that forked Python workers share more than once), the sum of PSS at
 Spark the split of that peak RSS between the JVM, the Python driver and the Python workers. The script
 measures and prints; it always exits 0.
 
-    python benchmarks/bench_spark_regenerate.py [--num-files 3000000] [--runs 1] [--json out.json]
+    python benchmarks/bench_spark_regenerate.py [--num-files 3000000] [--stat-columns 20] [--runs 1] [--json out.json]
+
+Issue 13's targets are printed as met or NOT met: in-process peak RSS of the process tree <= 3 GB for 10M files with
+10 stat columns and <= 1.5 GB for 1M with 20; the Spark side completing with the given driver memory.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ REPO = HERE.parent
 APP = REPO / "airflow_deltaberg" / "spark" / "regenerate.py"
 BIN = Path(sys.executable).parent
 STAT_COLUMNS, PARTITIONS, COMMITS, SEED = 20, 100, 10, 0
+#: Peak RSS of the in-process conversion's process tree allowed by issue 13, by (files, stat columns).
+PEAK_TARGETS_MB = {(10_000_000, 10): 3072, (1_000_000, 20): 1536}
 SAMPLE_SECONDS = 0.2
 
 
@@ -58,14 +64,14 @@ def _label(num_files: int) -> str:
     return f"{num_files // 1000}k" if num_files % 1000 == 0 else str(num_files)
 
 
-def ensure_table(data_dir: Path, num_files: int, checkpoint: bool) -> Path:
+def ensure_table(data_dir: Path, num_files: int, checkpoint: bool, stat_columns: int = STAT_COLUMNS) -> Path:
     """The generated log for these parameters (bench_convert.py's naming, so its 1M table is reused)."""
     sys.path.insert(0, str(HERE))
     from gen_delta_log import is_generated
 
     suffix = "checkpoint" if checkpoint else "json"
-    path = data_dir / f"delta-{_label(num_files)}-files-{STAT_COLUMNS}-stat-cols-{suffix}"
-    params = {"num_files": num_files, "num_stat_columns": STAT_COLUMNS, "num_partitions": PARTITIONS,
+    path = data_dir / f"delta-{_label(num_files)}-files-{stat_columns}-stat-cols-{suffix}"
+    params = {"num_files": num_files, "num_stat_columns": stat_columns, "num_partitions": PARTITIONS,
               "commits": COMMITS, "checkpoint": checkpoint, "seed": SEED}
     if is_generated(path, **params):
         print(f"reusing {path}")
@@ -73,7 +79,7 @@ def ensure_table(data_dir: Path, num_files: int, checkpoint: bool) -> Path:
     print(f"generating {path} ...", flush=True)
     started = time.perf_counter()
     subprocess.run([sys.executable, str(HERE / "gen_delta_log.py"), str(path), "--overwrite",
-                    "--num-files", str(num_files), "--stat-columns", str(STAT_COLUMNS),
+                    "--num-files", str(num_files), "--stat-columns", str(stat_columns),
                     "--partitions", str(PARTITIONS), "--commits", str(COMMITS), "--seed", str(SEED),
                     "--checkpoint" if checkpoint else "--no-checkpoint"], check=True, stdout=subprocess.DEVNULL)
     print(f"generated in {time.perf_counter() - started:.1f} s")
@@ -181,7 +187,8 @@ def with_spark(table: Path, work: Path, args: argparse.Namespace) -> Run:
                "--result-file", str(result_file)]
     run = measured(command, env, work / "spark.log", args.timeout)
     if result_file.exists():
-        run.result = json.loads(result_file.read_text())
+        document = json.loads(result_file.read_text())
+        run.result = document.get("result", document)  # the result protocol: {"result": ...} or {"error": ...}
     return run
 
 
@@ -195,7 +202,7 @@ def _median(runs: list[Run], key: str) -> float | None:
 
 def report(sides: dict[str, list[Run]], num_files: int, args: argparse.Namespace) -> None:
     print()
-    print(f"Full conversion of {num_files:,} files ({STAT_COLUMNS} stat columns, {PARTITIONS} partitions, "
+    print(f"Full conversion of {num_files:,} files ({args.stat_columns} stat columns, {PARTITIONS} partitions, "
           f"{'checkpoint' if args.checkpoint else 'JSON commits only'}); median of {args.runs} run(s); "
           f"load average now {loadavg()}")
     header = ["", *sides]
@@ -214,6 +221,16 @@ def report(sides: dict[str, list[Run]], num_files: int, args: argparse.Namespace
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *rows]:
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    target = PEAK_TARGETS_MB.get((num_files, args.stat_columns))
+    peak = _median(sides.get("in-process", []), "peak_rss_mb")
+    if target is not None and peak is not None:
+        print(f"\n  [{'  met  ' if peak <= target else 'NOT met'}] in-process peak RSS of the process tree <= "
+              f"{target} MB ({peak:.0f} MB)")
+    spark = sides.get("spark", [])
+    if spark:
+        done = all(r.returncode == 0 for r in spark)
+        print(f"  [{'  met  ' if done else 'NOT met'}] Spark ({args.master}, driver memory {args.driver_memory}) "
+              "completes")
     for name, runs in sides.items():
         for run in runs:
             if run.returncode != 0:
@@ -261,6 +278,9 @@ def _manifests(runs: list[Run]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-files", type=int, default=3_000_000)
+    parser.add_argument("--stat-columns", type=int, default=STAT_COLUMNS, help="columns with stats (default 20)")
+    parser.add_argument("--table", type=Path, help="a table generated already with these parameters (its log is "
+                                                      "linked, not copied); default: generated into --data-dir")
     parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="read the files from a Parquet checkpoint (default) or from JSON commits only")
     parser.add_argument("--runs", type=int, default=1, help="runs per side; the median is reported")
@@ -278,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     work_root = Path(tempfile.mkdtemp(prefix="spark-regenerate-", dir=args.data_dir))
     sides: dict[str, list[Run]] = {}
     try:
-        source = ensure_table(args.data_dir, args.num_files, args.checkpoint)
+        source = args.table or ensure_table(args.data_dir, args.num_files, args.checkpoint, args.stat_columns)
         runners = {"in-process": in_process, "spark": with_spark}
         for name in [s.strip() for s in args.sides.split(",") if s.strip()]:
             sides[name] = []

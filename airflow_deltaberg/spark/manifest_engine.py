@@ -2,12 +2,14 @@
 
 The core plans everything (``core.iceberg.file_manifests``): the driver's replay of the log, the live files with
 their stats, the pruning order and the groups of ``MANIFEST_ROWS`` files, one per data manifest. This engine only
-distributes ``write_group`` over the groups: the driver writes the files in pruning order to one staging Arrow IPC
-file under the table's ``_iceberg/metadata`` (record batch ``i`` = group ``i``; the name holds the attempt's id,
-so a failed attempt's cleanup deletes it too), each Spark task opens it through the plan's storage, reads its
-groups' batches and writes their manifests and delete files, and returns each group's manifest record (JSON) and
-delete entries (Arrow IPC). The driver puts them back in group order; the core writes the delete manifests.
-Entries and grouping are those of the in-process engine by construction.
+distributes ``write_group`` over the groups. A full conversion's groups come spilled by the core under the table's
+``_iceberg/metadata`` (``manifest_spill``; the engine asks for it with ``spills_in_table``; the names hold the
+attempt's id, so a failed attempt's cleanup deletes them too): each Spark task reads its groups from those spill
+files through the plan's storage, so the driver never holds more than a chunk of the files. Groups held in memory
+(``ManifestGroups``) are first staged in one Arrow IPC file (record batch ``i`` = group ``i``), a group at a time.
+Each task writes its groups' manifests and delete files and returns each group's manifest record (JSON) and delete
+entries (Arrow IPC). The driver puts them back in group order; the core writes the delete manifests. Entries and
+grouping are those of the in-process engine by construction.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
 from airflow_deltaberg.core.iceberg.conversion_state import IPC_OPTIONS, ManifestRecord, attempt_prefix
-from airflow_deltaberg.core.iceberg.file_manifests import GroupManifests, ManifestGroups, SnapshotPlan, write_group
+from airflow_deltaberg.core.iceberg.file_manifests import GroupManifests, Groups, SnapshotPlan, write_group
+from airflow_deltaberg.core.iceberg.manifest_spill import SpilledGroups
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
@@ -40,16 +44,36 @@ def staging_key(plan: SnapshotPlan) -> str:
     return f"{METADATA_DIR}/{attempt_prefix(plan.attempt)}manifest-groups.staging.arrow"
 
 
-def write_staging(storage: Storage, key: str, groups: ManifestGroups) -> None:
-    """The groups' files, one record batch per group, in one Arrow IPC file."""
+def write_staging(storage: Storage, key: str, groups: Groups) -> None:
+    """The groups' files, one record batch per group, in one Arrow IPC file (one group in memory at a time)."""
     fs, path = storage.arrow_path(key)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(path) as stream, \
-            pa.ipc.new_file(stream, groups.files.schema, options=IPC_OPTIONS) as out:
+    out = None
+    with fs.open_output_stream(path) as stream:
         for index in range(len(groups)):
             files = groups.group(index)
+            if out is None:
+                out = pa.ipc.new_file(stream, files.schema, options=IPC_OPTIONS)
             out.write_batch(pa.record_batch([column.combine_chunks() for column in files.columns],
                                             schema=files.schema))
+        if out is not None:
+            out.close()
+
+
+@dataclass(frozen=True)
+class StagedGroups:
+    """The groups staged by ``write_staging`` at ``key`` of the plan's storage, as a task reads them."""
+
+    key: str
+
+    def reader(self, storage: Storage) -> Callable[[int], pa.Table]:
+        fs, path = storage.arrow_path(self.key)
+        staged = pa.ipc.open_file(fs.open_input_file(path))
+        return lambda index: pa.Table.from_batches([staged.get_batch(index)])
+
+
+def _spilled_reader(groups: SpilledGroups) -> Callable[[int], pa.Table]:
+    return groups.group
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:
@@ -59,16 +83,16 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def write_task_groups(plan: SnapshotPlan, key: str, indices: Iterable[int]) -> Iterator[GroupResult]:
-    """The executor side: ``write_group`` on each group of ``indices``, read from the staging file."""
+def write_task_groups(plan: SnapshotPlan, source: StagedGroups | SpilledGroups,
+                      indices: Iterable[int]) -> Iterator[GroupResult]:
+    """The executor side: ``write_group`` on each group of ``indices``, read from the spill files or the staging
+    file."""
     storage = plan.open_storage()
-    fs, path = storage.arrow_path(key)
-    with fs.open_input_file(path) as source:
-        staged = pa.ipc.open_file(source)
-        for index in indices:
-            written = write_group(storage, plan, pa.Table.from_batches([staged.get_batch(index)]))
-            deletes = None if written.deletes is None else _ipc_bytes(written.deletes)
-            yield index, json.dumps(written.data.to_json()), deletes
+    group = source.reader(storage) if isinstance(source, StagedGroups) else _spilled_reader(source)
+    for index in indices:
+        written = write_group(storage, plan, group(index))
+        deletes = None if written.deletes is None else _ipc_bytes(written.deletes)
+        yield index, json.dumps(written.data.to_json()), deletes
 
 
 def group_manifests(result: GroupResult) -> GroupManifests:
@@ -83,6 +107,9 @@ class SparkManifestWriter:
     :param spark: a SparkSession, or a function that starts one (called on the first full conversion only).
     :param groups_per_task: how many groups (data manifests) each Spark task writes.
     """
+
+    #: The core spills a full conversion's groups under the table's ``_iceberg/metadata``, where tasks read them.
+    spills_in_table = True
 
     def __init__(self, spark: Any | Callable[[], Any], *, groups_per_task: int = GROUPS_PER_TASK) -> None:
         self._spark = spark
@@ -103,21 +130,27 @@ class SparkManifestWriter:
             self._spark.stop()
             self._started = False
 
-    def __call__(self, storage: Storage, plan: SnapshotPlan, groups: ManifestGroups) -> list[GroupManifests]:
+    def __call__(self, storage: Storage, plan: SnapshotPlan, groups: Groups) -> list[GroupManifests]:
         self.calls += 1
         count = len(groups)
         if count == 0:
             return []
         tasks = max(1, math.ceil(count / self.groups_per_task))
         log.info("%s: writing the manifests of %d files at version %d (%d groups) in %d Spark task(s)", plan.table,
-                 groups.files.num_rows, plan.delta_version, count, tasks)
-        key = staging_key(plan)
-        write_staging(storage, key, groups)
+                 groups.num_files, plan.delta_version, count, tasks)
+        staged = None
+        if isinstance(groups, SpilledGroups) and groups.area.location == plan.table:
+            source: StagedGroups | SpilledGroups = groups
+        else:
+            staged = staging_key(plan)
+            write_staging(storage, staged, groups)
+            source = StagedGroups(staged)
         try:
             results = (self.spark.sparkContext.parallelize(range(count), tasks)
-                       .mapPartitions(partial(write_task_groups, plan, key)).collect())
+                       .mapPartitions(partial(write_task_groups, plan, source)).collect())
         finally:
-            storage.delete(key)
+            if staged is not None:
+                storage.delete(staged)
         results.sort(key=lambda result: result[0])
         if [r[0] for r in results] != list(range(count)):
             raise RuntimeError(f"{plan.table}: the Spark tasks returned groups {[r[0] for r in results]} of {count}")

@@ -34,6 +34,10 @@ CHECKPOINT_BATCH_ROWS = 131_072
 # Rows of JSON stats parsed at once: their strings (about 1.4 KB each for 20 columns) are held two or three
 # times over while parsed. With the next batch read ahead, 16k rows parse 1M files' stats faster than 8k or 32k.
 _JSON_STATS_BATCH_ROWS = 16_384
+# Rows of typed stats (stats_parsed) read at once: about 1 KB each for 20 columns, decoded twice over by the reader,
+# with a batch read ahead and two in the consumer's hands. 64k rows instead of 131k: a 1M-file full conversion
+# peaks at 0.87 GB instead of 1.2 GB, in the same CPU time.
+_STRUCT_STATS_BATCH_ROWS = 65_536
 
 
 # A field every action of the kind has: where its column holds no value, the row group holds no such action.
@@ -177,7 +181,7 @@ def iter_checkpoint_stats(
                 runs.append((needs_json, [group]))
         for needs_json, groups in runs:
             columns = ["add.path", *struct_columns, *(["add.stats"] if needs_json else [])]
-            rows = _JSON_STATS_BATCH_ROWS if needs_json else CHECKPOINT_BATCH_ROWS
+            rows = _JSON_STATS_BATCH_ROWS if needs_json else _STRUCT_STATS_BATCH_ROWS
             # The next batch is read while two batches' stats are parsed: one parser call alone leaves a core
             # idle at its start and end.
             batches = read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -147,6 +147,31 @@ class Snapshot:
     def _parsed_stats(self, columns: Sequence[str] | None) -> pa.ChunkedArray:
         if columns is None and "files" in self.__dict__:
             return self.files.column("stats_parsed")
+        return pa.chunked_array(list(self._stats_chunks(columns)), type=stats_type(self.schema, columns))
+
+    def iter_files(self) -> Iterator[pa.Table]:
+        """``files`` a chunk of rows at a time, in row order, each chunk's stats read and parsed only when it is
+        reached: one pass over a big table holds one chunk's stats, never every file's. Stats that are not JSON
+        raise CorruptLogError."""
+        adds = self.state.adds
+        offset = 0
+        try:
+            for stats in self._stats_chunks(None):
+                rows = adds.slice(offset, len(stats))
+                offset += len(stats)
+                yield pa.table({name: stats if name == "stats_parsed" else rows.column(name)
+                                for name in LIVE_FILES_COLUMNS})
+        except StatsParseError as exc:
+            raise self._stats_error(exc) from exc
+        if offset != adds.num_rows:
+            raise AssertionError(f"{self.table}: the stats of {offset} of {adds.num_rows} live files were read")
+
+    def _stats_chunks(self, columns: Sequence[str] | None) -> Iterator[pa.Array]:
+        """The stats of the live files as ``stats_type(schema, columns)``, consecutive chunks in ``files`` row
+        order, each read and parsed when reached."""
+        if columns is None and "files" in self.__dict__:
+            yield from self.files.column("stats_parsed").chunks
+            return
         schema = self.schema
         target = stats_type(schema, columns)
 
@@ -157,36 +182,40 @@ class Snapshot:
         index = self.state.checkpoint_add_index
         checkpoint = self.state.checkpoint_stats
         if checkpoint is None or index is None or not (index >= 0).any():
-            return pa.chunked_array(_in_slices(raw, parse), type=target)
+            yield from _in_slices(raw, parse)
+            return
         # The live files from the checkpoint come first, in checkpoint order (replay keeps log order).
         head = int(np.argmin(index >= 0)) if (index < 0).any() else len(index)
         wanted = index[:head]
         if (index[head:] >= 0).any() or (np.diff(wanted) <= 0).any():
-            return self._parsed_stats_any_order(target, parse)
-        chunks = []
+            yield from self._parsed_stats_any_order(target, parse).chunks
+            return
+        head_raw = raw.slice(0, head)
+        json_sources = head_raw.null_count < head  # JSON checkpoint sources keep their stats in the file table
         first = 0  # checkpoint add ordinal of the chunk's first row
+        row = 0  # live file row of the chunk's first row
         for chunk in checkpoint.iter_chunks(target, parse):
             lo, hi = np.searchsorted(wanted, [first, first + len(chunk)])
-            if hi - lo == len(chunk):
-                chunks.append(chunk)
-            elif hi > lo:
-                chunks.append(chunk.take(from_numpy(wanted[lo:hi] - first)))
             first += len(chunk)
-        from_checkpoint = pa.chunked_array(chunks, type=target)
-        head_raw = raw.slice(0, head)
-        if head_raw.null_count < head:
-            # JSON checkpoint sources keep their stats in the file table.
-            parsed = pa.chunked_array(_in_slices(head_raw, parse), type=target)
-            from_checkpoint = pc.if_else(head_raw.is_valid(), parsed, from_checkpoint)
-        tail = _in_slices(raw.slice(head), parse, first_row=head)
-        return pa.chunked_array([*from_checkpoint.chunks, *tail], type=target)
+            if hi == lo:
+                continue
+            if hi - lo != len(chunk):
+                chunk = chunk.take(from_numpy(wanted[lo:hi] - (first - len(chunk))))
+            if json_sources:
+                own = head_raw.slice(row, len(chunk))
+                if own.null_count < len(own):
+                    parsed = pa.chunked_array(list(_in_slices(own, parse, first_row=row)), type=target)
+                    chunk = pc.if_else(own.is_valid(), parsed, chunk).combine_chunks()
+            row += len(chunk)
+            yield chunk
+        yield from _in_slices(raw.slice(head), parse, first_row=head)
 
     def _parsed_stats_any_order(self, target: pa.StructType, parse: Callable[[pa.Array], pa.Array]) -> pa.ChunkedArray:
         """parsed_stats for any order of checkpoint rows among the live files (holds every checkpoint stat)."""
         raw = self.state.adds.column("stats")
         index = self.state.checkpoint_add_index
         assert index is not None and self.state.checkpoint_stats is not None
-        parsed = pa.chunked_array(_in_slices(raw, parse), type=target)
+        parsed = pa.chunked_array(list(_in_slices(raw, parse)), type=target)
         from_checkpoint = pa.chunked_array(list(self.state.checkpoint_stats.iter_chunks(target, parse)), type=target)
         mask = index < 0
         taken = from_checkpoint.take(from_numpy(np.where(mask, 0, index).astype(np.int64), mask=mask))
@@ -213,17 +242,16 @@ class Snapshot:
 _STATS_SLICE_ROWS = 65_536
 
 
-def _in_slices(raw: pa.ChunkedArray, parse: Callable[[pa.Array], pa.Array], first_row: int = 0) -> list[pa.Array]:
+def _in_slices(raw: pa.ChunkedArray, parse: Callable[[pa.Array], pa.Array], first_row: int = 0) -> Iterator[pa.Array]:
     """``parse`` over ``raw`` a slice at a time: the parser holds a slice's JSON several times over, and a
     chunk read from one big commit can hold the stats of a million files. A StatsParseError names its row as
     ``first_row`` plus the row's index in ``raw``."""
-    out = []
     offset = first_row
     for chunk in raw.chunks:
         for start in range(0, len(chunk), _STATS_SLICE_ROWS):
             try:
-                out.append(parse(chunk.slice(start, _STATS_SLICE_ROWS)))
+                parsed = parse(chunk.slice(start, _STATS_SLICE_ROWS))
             except StatsParseError as exc:
                 raise exc.moved(offset + start) from exc
+            yield parsed
         offset += len(chunk)
-    return out

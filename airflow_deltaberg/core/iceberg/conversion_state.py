@@ -15,7 +15,7 @@ import base64
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -81,11 +81,17 @@ def _text_to_bytes(value: str | None) -> bytes | None:
     return None if value is None else base64.b64decode(value)
 
 
+_INFO_FIELDS = tuple(f.name for f in fields(ManifestFileInfo))
+
+
 def _info_to_json(info: ManifestFileInfo) -> dict[str, Any]:
-    data = asdict(info)
+    # Field by field, not asdict (a recursive deep copy): every snapshot writes the records of all its manifests,
+    # 400 on a 10M-file table.
+    data = {name: getattr(info, name) for name in _INFO_FIELDS}
     data["key_metadata"] = _bytes_to_text(info.key_metadata)
     data["partitions"] = None if info.partitions is None else [
-        {**asdict(p), "lower_bound": _bytes_to_text(p.lower_bound), "upper_bound": _bytes_to_text(p.upper_bound)}
+        {"contains_null": p.contains_null, "contains_nan": p.contains_nan,
+         "lower_bound": _bytes_to_text(p.lower_bound), "upper_bound": _bytes_to_text(p.upper_bound)}
         for p in info.partitions
     ]
     return data

@@ -6,16 +6,21 @@ manifests are planned here once for every engine: the live files in ``pruning_or
 of ``MANIFEST_ROWS`` files, one data manifest each; ``write_group`` writes one group (its data manifest, and the
 delete files and delete entries of its deletion vectors). A ``ManifestEngine`` maps ``write_group`` over the
 groups: ``in_process`` (two at a time in this process) or the Spark engine (``airflow_deltaberg.spark.
-manifest_engine``, one group per task); ``write_file_manifests`` then writes the delete manifests of the groups'
+manifest_engine``, one group per task); ``write_groups`` then writes the delete manifests of the groups'
 delete entries, in group order. Both engines give the same entries in the same manifests by construction.
+
+A full conversion (``write_snapshot_manifests``) holds no table of every file with its stats: its groups are spilled
+to files (``manifest_spill.SpilledGroups``) as the stats are read; ``ManifestGroups`` holds a table of files given
+whole (``write_file_manifests``).
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,10 +34,12 @@ from airflow_deltaberg.core.delta.partition_codec import partition_strings
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import parse_stats
 from airflow_deltaberg.core.errors import StatsParseError
-from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, write_manifest_record
+from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, attempt_prefix, write_manifest_record
 from airflow_deltaberg.core.iceberg.data_files import entries_for_files
 from airflow_deltaberg.core.iceberg.deletion_vector_files import write_deletion_vectors
+from airflow_deltaberg.core.iceberg.manifest_spill import SpillArea, SpilledGroups, local_spill_area, spill_groups
 from airflow_deltaberg.core.iceberg.position_deletes import write_position_deletes
+from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.iceberg.schema import ConvertedSchema
 from airflow_deltaberg.core.storage import Storage, open_storage
 
@@ -179,6 +186,10 @@ class ManifestGroups:
     def __len__(self) -> int:
         return math.ceil(self.files.num_rows / self.rows_per_manifest)
 
+    @property
+    def num_files(self) -> int:
+        return self.files.num_rows
+
     def group(self, index: int) -> pa.Table:
         """The files of group ``index``, in pruning order."""
         return self.files.take(self.order.slice(index * self.rows_per_manifest, self.rows_per_manifest))
@@ -200,12 +211,16 @@ def write_group(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> GroupM
     return GroupManifests(_write_manifest(storage, plan, entries.data, "data"), entries.deletes)
 
 
+#: The groups of a snapshot: held in memory (``ManifestGroups``) or spilled to files (``manifest_spill``); both have
+#: ``len()``, ``group(i)``, ``num_files`` and ``rows_per_manifest``.
+Groups = ManifestGroups | SpilledGroups
+
 #: How the groups of a snapshot get written: ``write_group`` over every group, results in group order. The
 #: in-process engine below; ``airflow_deltaberg.spark.manifest_engine`` distributes the groups to Spark executors.
-ManifestEngine = Callable[[Storage, SnapshotPlan, ManifestGroups], list[GroupManifests]]
+ManifestEngine = Callable[[Storage, SnapshotPlan, Groups], list[GroupManifests]]
 
 
-def in_process(storage: Storage, plan: SnapshotPlan, groups: ManifestGroups) -> list[GroupManifests]:
+def in_process(storage: Storage, plan: SnapshotPlan, groups: Groups) -> list[GroupManifests]:
     """The groups written in this process, two at a time: each group is taken from the files just before it is
     written, so no table of every entry is ever in memory."""
     return two_at_a_time(lambda i: write_group(storage, plan, groups.group(i)), range(len(groups)))
@@ -229,7 +244,13 @@ def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, 
     """Manifests (data, then deletes) adding ``files`` in the snapshot of ``plan``: the files in pruning order,
     one data manifest per group of ``rows_per_manifest`` (``MANIFEST_ROWS``) of them written by ``engine``, then
     the delete manifests of the groups' delete entries, in group order."""
-    groups = manifest_groups(plan, files, rows_per_manifest=rows_per_manifest, order=order)
+    return write_groups(storage, plan, manifest_groups(plan, files, rows_per_manifest=rows_per_manifest, order=order),
+                        engine)
+
+
+def write_groups(storage: Storage, plan: SnapshotPlan, groups: Groups, engine: ManifestEngine) -> list[ManifestRecord]:
+    """The data manifests of ``groups`` written by ``engine``, then the delete manifests of their delete entries, in
+    group order."""
     written = engine(storage, plan, groups)
     records = [group.data for group in written]
     deletes = [group.deletes for group in written if group.deletes is not None]
@@ -242,12 +263,33 @@ def write_file_manifests(storage: Storage, plan: SnapshotPlan, files: pa.Table, 
 def write_snapshot_manifests(storage: Storage, plan: SnapshotPlan, snapshot: Snapshot,
                              engine: ManifestEngine = in_process) -> list[ManifestRecord]:
     """The manifests of a full conversion of ``snapshot``: its live files (stats read by the core's Snapshot),
-    written by ``engine``."""
-    # The pruning order needs no stats: it is sorted on a thread of its own while they are read. The files go
-    # straight into the call, which holds their only reference (and frees their chunks once combined).
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        order = pool.submit(pruning_order, snapshot.file_keys(), plan)
-        return write_file_manifests(storage, plan, snapshot.read_files(), order=order.result(), engine=engine)
+    written by ``engine``.
+
+    The files never are in memory all at once: their pruning order is sorted from their paths and partition values
+    alone (on a thread of its own while the first stats are read), then the files are read a chunk at a time with
+    their stats and routed to the spill files of their groups (``manifest_spill``): in a local temporary folder, or
+    under the table's ``_iceberg/metadata`` (names holding the attempt's id) for an engine whose workers read the
+    groups themselves (``engine.spills_in_table``)."""
+    rows = MANIFEST_ROWS
+    with _spill_area(storage, plan, engine) as area:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            order = pool.submit(pruning_order, snapshot.file_keys(), plan)
+            chunks = (_entry_inputs(chunk) for chunk in snapshot.iter_files())
+            groups = spill_groups(area, chunks, order.result, snapshot.num_files, rows_per_manifest=rows)
+            del order  # the routing has the ranks: the order goes before the groups are written
+        try:
+            return write_groups(storage, plan, groups, engine)
+        finally:
+            groups.delete()
+
+
+@contextmanager
+def _spill_area(storage: Storage, plan: SnapshotPlan, engine: ManifestEngine) -> Iterator[SpillArea]:
+    if getattr(engine, "spills_in_table", False):
+        yield SpillArea(plan.table, plan.storage_options, f"{METADATA_DIR}/{attempt_prefix(plan.attempt)}")
+    else:
+        with local_spill_area() as area:
+            yield area
 
 
 def added_rows(records: list[ManifestRecord], content: int) -> tuple[int, int]:
