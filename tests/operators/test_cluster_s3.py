@@ -342,6 +342,11 @@ def kill_spark_submit(_: Any) -> None:
             pass
 
 
+#: The files a driver hands its manifest groups to the executors in: spill files of a full conversion, or the
+#: staging file of groups it holds in memory (spark/manifest_engine.py).
+GROUP_FILES = (".spill.arrow", "manifest-groups.staging.arrow")
+
+
 def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -> None:
     """A full regeneration whose driver dies once it staged the groups for the executors: no new metadata
     version, the version hint and the catalog where they were, the rows those of the earlier version; the next
@@ -356,7 +361,7 @@ def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -
     pointer = lake.catalog_location("shop.orders")
     full = regeneration_dag(lake, dag_id, uri, "shop.orders", sensor=False, full=True)
     watcher, seen = when(
-        lambda: next((n for n in lake.metadata_files(uri) if n.endswith("manifest-groups.staging.arrow")), None),
+        lambda: next((n for n in lake.metadata_files(uri) if n.endswith(GROUP_FILES)), None),
         kill_spark_submit)
 
     killed = run_dag(full)
@@ -369,7 +374,7 @@ def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -
         n for n in metadata if n.endswith(".metadata.json"))
     assert lake.hint(uri) == hint and lake.catalog_location("shop.orders") == pointer
     left = set(after) - set(metadata)  # the killed attempt's files, referenced by no metadata
-    assert any(n.endswith("manifest-groups.staging.arrow") for n in left), sorted(left)
+    assert any(n.endswith(GROUP_FILES) for n in left), sorted(left)
     assert iceberg_rows(lake.catalog, "shop.orders") == (delta_rows(lake.s3, uri, 0), 0)
 
     again = run_dag(full)
