@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support.servers import free_port
+from support.servers import free_port, stop_process
 
 START_TIMEOUT_S = 30.0
 ACCESS_KEY = "deltaberg-test-key"
@@ -107,9 +107,4 @@ def s3_server(root: Path) -> Iterator[S3Endpoint]:
                      region_name=REGION).create_bucket(Bucket=BUCKET)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
+        stop_process(process)

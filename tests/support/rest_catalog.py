@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.environment import JARS_DIR
-from support.servers import free_port
+from support.servers import free_port, stop_process
 from support.spark_session import java
 
 REST_JARS_DIR = JARS_DIR / "rest"
@@ -89,9 +89,4 @@ def rest_catalog_server(root: Path, s3_env: Mapping[str, str] | None = None) -> 
         _wait_until_up(process, uri, server)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
+        stop_process(process)
