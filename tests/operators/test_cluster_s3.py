@@ -332,15 +332,20 @@ def test_a_worker_killed_in_the_middle_of_the_job(run_dag, dag_id: str, lake: La
 
 
 def kill_spark_submit(_: Any) -> None:
-    """SIGKILL to the spark-submit JVM this process started (the driver, in client mode) and its Python child."""
+    """SIGKILL to the spark-submit JVM of the regenerate application this process started (the driver, in client
+    mode) and its Python child; not the JVM of the test run's shared Spark session, a SparkSubmit too."""
     for process in psutil.Process().children(recursive=True):
         try:
-            if "org.apache.spark.deploy.SparkSubmit" in " ".join(process.cmdline()):
+            command = " ".join(process.cmdline())
+            if "org.apache.spark.deploy.SparkSubmit" in command and REGENERATE_APPLICATION in command:
                 for victim in [process, *process.children(recursive=True)]:
                     victim.kill()
         except psutil.NoSuchProcess:
             pass
 
+
+#: The application file the regenerate operator submits (spark/regenerate.py).
+REGENERATE_APPLICATION = "airflow_deltaberg/spark/regenerate.py"
 
 #: The files a driver hands its manifest groups to the executors in: spill files of a full conversion, or the
 #: staging file of groups it holds in memory (spark/manifest_engine.py).
