@@ -211,18 +211,3 @@ def error_classes() -> Mapping[str, type[DeltabergError]]:
             found[cls.__name__] = cls
         pending.extend(cls.__subclasses__())
     return MappingProxyType(dict(sorted(found.items())))
-
-
-def error_document(error: BaseException, *, retryable: bool) -> dict[str, Any]:
-    """An error as JSON: ``{"error": {type, message, table, version, file, retryable}}`` (table, version and file
-    from a DeltaError, else null). The Spark result protocol (airflow_deltaberg.spark.protocol) builds on it."""
-    return {
-        "error": {
-            "type": type(error).__name__,
-            "message": str(error),
-            "table": getattr(error, "table", None),
-            "version": getattr(error, "version", None),
-            "file": getattr(error, "file", None),
-            "retryable": retryable,
-        }
-    }

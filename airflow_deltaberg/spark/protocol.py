@@ -35,7 +35,6 @@ from airflow_deltaberg.core.errors import (
     EnableBlockedError,
     error_classes,
 )
-from airflow_deltaberg.core.errors import error_document as _error_fields
 from airflow_deltaberg.core.storage import Storage, open_storage
 
 EXIT_OK = 0
@@ -73,8 +72,16 @@ def success_document(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 def error_document(error: BaseException) -> dict[str, Any]:
     """The document of a failed run (see the module docstring)."""
-    retryable = bool(error.retryable) if isinstance(error, DeltabergError) else True
-    document = _error_fields(error, retryable=retryable)
+    document: dict[str, Any] = {
+        "error": {
+            "type": type(error).__name__,
+            "message": str(error),
+            "table": getattr(error, "table", None),
+            "version": getattr(error, "version", None),
+            "file": getattr(error, "file", None),
+            "retryable": bool(error.retryable) if isinstance(error, DeltabergError) else True,
+        }
+    }
     if isinstance(error, EnableBlockedError) and error.plan is not None:
         document["error"]["plan"] = error.plan.to_dict()
     if isinstance(error, ComplianceViolationError) and error.report is not None:

@@ -325,14 +325,6 @@ def _other_actions(data: pa.Table, version: int) -> list[tuple[int, str, dict[st
     return other
 
 
-def checkpoint_table_to_actions(data: pa.Table, version: int) -> ActionBatch:
-    """Split a checkpoint's columns into file actions and other actions."""
-    pieces = []
-    for batch in data.to_batches(max_chunksize=CHECKPOINT_BATCH_ROWS):
-        pieces.extend(_batch_file_actions(batch, version))
-    return ActionBatch(_concat_file_actions(pieces), _other_actions(data, version))
-
-
 def _plain(value: Any, typ: pa.DataType) -> Any:
     """A checkpoint value (from to_pylist) in the JSON form of the action: maps as dicts (empty ones too),
     structs without their null fields."""

@@ -324,8 +324,3 @@ def _nested_id(owner: StructField, slot: str, content: DataType | None, path: tu
         f"Iceberg readers need (table {table}); enable IcebergCompatV2 or IcebergWriterCompatV1 "
         "(deltaberg enable) before converting"
     )
-
-
-def name_mapping_from_json(value: str) -> NameMapping:
-    return NameMapping.model_validate_json(value) if value else NameMapping([])
-
