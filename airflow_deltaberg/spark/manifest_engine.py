@@ -5,11 +5,10 @@ their stats, the pruning order and the groups of ``MANIFEST_ROWS`` files, one pe
 distributes ``write_group`` over the groups. A full conversion's groups come spilled by the core under the table's
 ``_iceberg/metadata`` (``manifest_spill``; the engine asks for it with ``spills_in_table``; the names hold the
 attempt's id, so a failed attempt's cleanup deletes them too): each Spark task reads its groups from those spill
-files through the plan's storage, so the driver never holds more than a chunk of the files. Groups held in memory
-(``ManifestGroups``) are first staged in one Arrow IPC file (record batch ``i`` = group ``i``), a group at a time.
-Each task writes its groups' manifests and delete files and returns each group's manifest record (JSON) and delete
-entries (Arrow IPC). The driver puts them back in group order; the core writes the delete manifests. Entries and
-grouping are those of the in-process engine by construction.
+files through the plan's storage, so the driver never holds more than a chunk of the files. Each task writes its
+groups' manifests and delete files and returns each group's manifest record (JSON) and delete entries (Arrow IPC).
+The driver puts them back in group order; the core writes the delete manifests. Entries and grouping are those of
+the in-process engine by construction.
 """
 
 from __future__ import annotations
@@ -18,16 +17,14 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
-from airflow_deltaberg.core.iceberg.conversion_state import IPC_OPTIONS, ManifestRecord, attempt_prefix
+from airflow_deltaberg.core.iceberg.conversion_state import IPC_OPTIONS, ManifestRecord
 from airflow_deltaberg.core.iceberg.file_manifests import GroupManifests, Groups, SnapshotPlan, write_group
 from airflow_deltaberg.core.iceberg.manifest_spill import SpilledGroups
-from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -39,43 +36,6 @@ GROUPS_PER_TASK = 1
 GroupResult = tuple[int, str, bytes | None]
 
 
-def staging_key(plan: SnapshotPlan) -> str:
-    """Where the driver stages the groups of ``plan``'s attempt (found by ``attempt_keys`` when it fails)."""
-    return f"{METADATA_DIR}/{attempt_prefix(plan.attempt)}manifest-groups.staging.arrow"
-
-
-def write_staging(storage: Storage, key: str, groups: Groups) -> None:
-    """The groups' files, one record batch per group, in one Arrow IPC file (one group in memory at a time)."""
-    fs, path = storage.arrow_path(key)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    out = None
-    with fs.open_output_stream(path) as stream:
-        for index in range(len(groups)):
-            files = groups.group(index)
-            if out is None:
-                out = pa.ipc.new_file(stream, files.schema, options=IPC_OPTIONS)
-            out.write_batch(pa.record_batch([column.combine_chunks() for column in files.columns],
-                                            schema=files.schema))
-        if out is not None:
-            out.close()
-
-
-@dataclass(frozen=True)
-class StagedGroups:
-    """The groups staged by ``write_staging`` at ``key`` of the plan's storage, as a task reads them."""
-
-    key: str
-
-    def reader(self, storage: Storage) -> Callable[[int], pa.Table]:
-        fs, path = storage.arrow_path(self.key)
-        staged = pa.ipc.open_file(fs.open_input_file(path))
-        return lambda index: pa.Table.from_batches([staged.get_batch(index)])
-
-
-def _spilled_reader(groups: SpilledGroups) -> Callable[[int], pa.Table]:
-    return groups.group
-
-
 def _ipc_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as out:
@@ -83,14 +43,11 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def write_task_groups(plan: SnapshotPlan, source: StagedGroups | SpilledGroups,
-                      indices: Iterable[int]) -> Iterator[GroupResult]:
-    """The executor side: ``write_group`` on each group of ``indices``, read from the spill files or the staging
-    file."""
+def write_task_groups(plan: SnapshotPlan, groups: SpilledGroups, indices: Iterable[int]) -> Iterator[GroupResult]:
+    """The executor side: ``write_group`` on each group of ``indices``, read from its spill file."""
     storage = plan.open_storage()
-    group = source.reader(storage) if isinstance(source, StagedGroups) else _spilled_reader(source)
     for index in indices:
-        written = write_group(storage, plan, group(index))
+        written = write_group(storage, plan, groups.group(index))
         deletes = None if written.deletes is None else _ipc_bytes(written.deletes)
         yield index, json.dumps(written.data.to_json()), deletes
 
@@ -138,19 +95,12 @@ class SparkManifestWriter:
         tasks = max(1, math.ceil(count / self.groups_per_task))
         log.info("%s: writing the manifests of %d files at version %d (%d groups) in %d Spark task(s)", plan.table,
                  groups.num_files, plan.delta_version, count, tasks)
-        staged = None
-        if isinstance(groups, SpilledGroups) and groups.area.location == plan.table:
-            source: StagedGroups | SpilledGroups = groups
-        else:
-            staged = staging_key(plan)
-            write_staging(storage, staged, groups)
-            source = StagedGroups(staged)
-        try:
-            results = (self.spark.sparkContext.parallelize(range(count), tasks)
-                       .mapPartitions(partial(write_task_groups, plan, source)).collect())
-        finally:
-            if staged is not None:
-                storage.delete(staged)
+        if not (isinstance(groups, SpilledGroups) and groups.area.location == plan.table):
+            # The executors read their groups themselves: only files under the table reach them.
+            raise TypeError(f"{plan.table}: the Spark engine takes groups spilled under the table "
+                            f"(spills_in_table), not {type(groups).__name__}")
+        results = (self.spark.sparkContext.parallelize(range(count), tasks)
+                   .mapPartitions(partial(write_task_groups, plan, groups)).collect())
         results.sort(key=lambda result: result[0])
         if [r[0] for r in results] != list(range(count)):
             raise RuntimeError(f"{plan.table}: the Spark tasks returned groups {[r[0] for r in results]} of {count}")

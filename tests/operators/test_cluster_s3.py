@@ -75,7 +75,7 @@ class Lake:
                 "spark.eventLog.compress": "false"}
 
     def metadata_files(self, table_uri: str) -> dict[str, str]:
-        """The Iceberg metadata folder of the table on S3: name -> size (every file, staging included)."""
+        """The Iceberg metadata folder of the table on S3: name -> size (every file, spill files included)."""
         fs = self.s3.filesystem()
         folder = f"{table_uri}/_iceberg/metadata"
         if not fs.exists(folder):
@@ -347,13 +347,12 @@ def kill_spark_submit(_: Any) -> None:
 #: The application file the regenerate operator submits (spark/regenerate.py).
 REGENERATE_APPLICATION = "airflow_deltaberg/spark/regenerate.py"
 
-#: The files a driver hands its manifest groups to the executors in: spill files of a full conversion, or the
-#: staging file of groups it holds in memory (spark/manifest_engine.py).
-GROUP_FILES = (".spill.arrow", "manifest-groups.staging.arrow")
+#: The files a driver hands its manifest groups to the executors in: the spill files of a full conversion.
+GROUP_FILES = ".spill.arrow"
 
 
 def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -> None:
-    """A full regeneration whose driver dies once it staged the groups for the executors: no new metadata
+    """A full regeneration whose driver dies once it spilled the groups for the executors: no new metadata
     version, the version hint and the catalog where they were, the rows those of the earlier version; the next
     run converges."""
     uri = lake.s3.uri(f"{dag_id}/orders")
@@ -372,7 +371,7 @@ def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -
     killed = run_dag(full)
     watcher.join(timeout=10)
 
-    assert seen["found"] is not None, "the driver staged no groups"
+    assert seen["found"] is not None, "the driver spilled no groups"
     assert (killed.ti("regenerate").state, killed.state) == ("failed", "failed")
     after = lake.metadata_files(uri)
     assert sorted(n for n in after if n.endswith(".metadata.json")) == sorted(

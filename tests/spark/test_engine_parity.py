@@ -184,15 +184,15 @@ def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[st
         null_counts = expected[0]["entries"][0]["data_file"]["null_value_counts"]
         assert null_counts and all(c["value"] is not None for c in null_counts)
     # Nothing of the attempt is left next to the metadata but what the metadata names.
-    staged = [p.name for p in (with_spark / "_iceberg" / "metadata").iterdir() if "staging" in p.name]
-    assert staged == []
+    spilled = [p.name for p in (with_spark / "_iceberg" / "metadata").iterdir() if p.name.endswith(".spill.arrow")]
+    assert spilled == []
 
 
 # -- a failed Spark job ---------------------------------------------------------------------------------------------
 
 
 class _FailingSpark:
-    """A session whose job fails once the driver has staged the groups."""
+    """A session whose job fails once the driver has spilled the groups."""
 
     class sparkContext:  # noqa: N801 - SparkSession's attribute name
         @staticmethod
@@ -201,7 +201,7 @@ class _FailingSpark:
 
 
 def test_a_failed_spark_job_leaves_nothing_under_iceberg(copy_fixture: Callable[[str], Path]) -> None:
-    """The staging file and the manifests of the attempt go with it; no Spark JVM needed."""
+    """The spill files and the manifests of the attempt go with it; no Spark JVM needed."""
     path = copy_fixture("table-with-dv-small")
 
     with pytest.raises(RuntimeError, match="executor lost"):
