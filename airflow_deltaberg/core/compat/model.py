@@ -21,6 +21,8 @@ class Level(str, Enum):
     COMPAT_V1 = "compat-v1"
     COMPAT_V2 = "compat-v2"
     WRITER_COMPAT_V1 = "writer-compat-v1"
+    COMPAT_V3 = "compat-v3"
+    WRITER_COMPAT_V3 = "writer-compat-v3"
 
     @property
     def feature(self) -> str:
@@ -28,6 +30,8 @@ class Level(str, Enum):
             Level.COMPAT_V1: "icebergCompatV1",
             Level.COMPAT_V2: "icebergCompatV2",
             Level.WRITER_COMPAT_V1: "icebergWriterCompatV1",
+            Level.COMPAT_V3: "icebergCompatV3",
+            Level.WRITER_COMPAT_V3: "icebergWriterCompatV3",
         }[self]
 
     @property
@@ -36,12 +40,16 @@ class Level(str, Enum):
             Level.COMPAT_V1: "delta.enableIcebergCompatV1",
             Level.COMPAT_V2: "delta.enableIcebergCompatV2",
             Level.WRITER_COMPAT_V1: "delta.enableIcebergWriterCompatV1",
+            Level.COMPAT_V3: "delta.enableIcebergCompatV3",
+            Level.WRITER_COMPAT_V3: "delta.enableIcebergWriterCompatV3",
         }[self]
 
     def checked_levels(self) -> tuple[Level, ...]:
-        """The levels whose rules apply: IcebergWriterCompatV1 requires IcebergCompatV2 to hold too."""
+        """The levels whose rules apply: a writer-compat level requires its compat level to hold too."""
         if self is Level.WRITER_COMPAT_V1:
             return (Level.COMPAT_V2, Level.WRITER_COMPAT_V1)
+        if self is Level.WRITER_COMPAT_V3:
+            return (Level.COMPAT_V3, Level.WRITER_COMPAT_V3)
         return (self,)
 
 
