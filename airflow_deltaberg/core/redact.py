@@ -14,10 +14,12 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
-from urllib.parse import quote, quote_plus, unquote
+from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 SECRET_MARKERS = ("secret", "key", "token", "password", "credential", "connection_string")
 MASK = "***"
+#: HTTP header names (lower case) whose values are secrets, besides those ``is_secret_key`` matches.
+SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie", "auth")
 #: Airflow's default ``[logging] min_length_masked_secret``.
 MIN_SECRET_LENGTH = 5
 # Azure locations name the container in the user part (abfss://container@account.dfs.core.windows.net/...):
@@ -34,6 +36,60 @@ def is_secret_key(key: object) -> bool:
     return any(marker in lowered for marker in SECRET_MARKERS)
 
 
+def is_secret_header(name: object) -> bool:
+    """Whether an HTTP header carries a secret (``Authorization``, ``Cookie``, ``X-Api-Key``, ...)."""
+    return str(name).lower() in SECRET_HEADERS or is_secret_key(name)
+
+
+def url_password(value: object) -> str | None:
+    """The password of a URL (``postgresql://user:PASSWORD@host/db``); None for other values."""
+    if not isinstance(value, str) or "://" not in value:
+        return None
+    try:
+        return urlsplit(value).password or None
+    except ValueError:
+        return None
+
+
+def option_secrets(options: Mapping[Any, Any] | None) -> list[Any]:
+    """The secrets of options (storage options, catalog properties), as they are: the values held under secret
+    names at any depth (a mapping whole, e.g. a key file) and the passwords of URL values."""
+    found: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                if is_secret_key(k):
+                    if v:
+                        found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif (password := url_password(value)) is not None:
+            found.append(password)
+
+    walk(options or {})
+    return found
+
+
+def masked_options(options: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A copy of options fit for logs: values under secret names at any depth and URL passwords are ``***``."""
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: MASK if is_secret_key(k) else masked(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(masked(v) for v in value)
+        password = url_password(value)
+        if password is not None:
+            return value.replace(f":{password}@", f":{MASK}@", 1)
+        return value
+
+    return masked(options)
+
+
 def _leaves(value: Any) -> Iterator[str]:
     if isinstance(value, Mapping):
         for v in value.values():
@@ -46,19 +102,8 @@ def _leaves(value: Any) -> Iterator[str]:
 
 
 def secret_values(options: Mapping[Any, Any] | None) -> list[str]:
-    """The string values held under secret option names, at any depth (a key file under ``token``: all of it)."""
-    found: list[str] = []
-
-    def walk(mapping: Mapping[Any, Any]) -> None:
-        for k, v in mapping.items():
-            if is_secret_key(k):
-                found.extend(_leaves(v))
-            elif isinstance(v, Mapping):
-                walk(v)
-
-    if options:
-        walk(options)
-    return found
+    """The strings among the secrets of options (``option_secrets``): a key file under ``token``, all of it."""
+    return [leaf for secret in option_secrets(options) for leaf in _leaves(secret)]
 
 
 def url_secrets(text: str) -> list[str]:

@@ -13,45 +13,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseHook
 
-from airflow_deltaberg.hooks.storage import MASK, _mask_secret, is_secret_key
+from airflow_deltaberg.core.redact import masked_options
+from airflow_deltaberg.hooks.masking import mask_option_secrets
 
 
 def masked_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of catalog ``properties`` fit for logs: secret values and passwords in URIs replaced by ***."""
-    masked: dict[str, Any] = {}
-    for key, value in properties.items():
-        if is_secret_key(key):
-            masked[key] = MASK
-        elif isinstance(value, str) and _uri_password(value):
-            masked[key] = value.replace(f":{_uri_password(value)}@", f":{MASK}@", 1)
-        else:
-            masked[key] = value
-    return masked
-
-
-def _uri_password(value: str) -> str | None:
-    try:
-        return urlsplit(value).password if "://" in value else None
-    except ValueError:
-        return None
+    return masked_options(properties)
 
 
 def register_secrets(properties: Mapping[str, Any]) -> None:
     """Register the secret values of catalog ``properties`` with Airflow's secrets masker."""
-    if _mask_secret is None:  # pragma: no cover - no masker in this Airflow
-        return
-    for key, value in properties.items():
-        secret = value if is_secret_key(key) else _uri_password(value) if isinstance(value, str) else None
-        if secret and isinstance(secret, (str, list, tuple, Mapping)):
-            try:
-                _mask_secret(dict(secret) if isinstance(secret, Mapping) else secret)
-            except Exception:  # pragma: no cover - masking must never break the task
-                pass
+    mask_option_secrets(properties)
 
 
 class IcebergCatalogHook(BaseHook):

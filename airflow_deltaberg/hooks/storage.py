@@ -17,41 +17,24 @@ Every type also accepts an extra ``storage_options`` object, merged last, for an
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseHook
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.redact import MASK, SECRET_MARKERS, is_secret_key
+from airflow_deltaberg.core.redact import MASK, SECRET_MARKERS, is_secret_key, masked_options, option_secrets
+from airflow_deltaberg.hooks.masking import mask_secrets
 
 # One rule for what is a secret: the core library's (core.redact), which also redacts its messages.
 __all__ = ["MASK", "SECRET_MARKERS", "DeltaStorageHook", "StorageOptions", "is_secret_key"]
-
-_mask_secret: Callable[[Any], None] | None
-try:
-    from airflow.sdk.log import mask_secret as _mask_secret
-except ImportError:  # pragma: no cover - Airflow 3.0/3.1
-    try:
-        from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask_secret
-    except ImportError:
-        _mask_secret = None
-
-
-def _masked(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: MASK if is_secret_key(k) else _masked(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_masked(v) for v in value)
-    return value
-
 
 class StorageOptions(dict):  # type: ignore[type-arg]
     """fsspec storage options whose repr and str mask every secret value (at any nesting depth)."""
 
     def __repr__(self) -> str:
-        return f"StorageOptions({_masked(self)!r})"
+        return f"StorageOptions({masked_options(self)!r})"
 
     __str__ = __repr__
 
@@ -59,30 +42,8 @@ class StorageOptions(dict):  # type: ignore[type-arg]
         return StorageOptions(self)
 
     def secrets(self) -> list[Any]:
-        """The values held under secret option names."""
-        found: list[Any] = []
-
-        def walk(mapping: Mapping[Any, Any]) -> None:
-            for k, v in mapping.items():
-                if is_secret_key(k):
-                    found.append(v)
-                elif isinstance(v, Mapping):
-                    walk(v)
-
-        walk(self)
-        return found
-
-
-def _register_secrets(options: StorageOptions) -> None:
-    if _mask_secret is None:  # pragma: no cover - no masker in this Airflow
-        return
-    # Strings and lists are masked whole; a mapping (a key file) by Airflow's own rule on its key names.
-    for value in options.secrets():
-        if value and isinstance(value, (str, list, tuple, Mapping)):
-            try:
-                _mask_secret(dict(value) if isinstance(value, Mapping) else value)
-            except Exception:  # pragma: no cover - masking must never break the task
-                pass
+        """The values held under secret option names, and the passwords of URL values (core.redact)."""
+        return option_secrets(self)
 
 
 class DeltaStorageHook(BaseHook):
@@ -142,7 +103,7 @@ class DeltaStorageHook(BaseHook):
                     f"connection {self.deltaberg_conn_id!r}: extra 'storage_options' must be a JSON object"
                 )
             options.update(extra_options)
-        _register_secrets(options)
+        mask_secrets(options.secrets())
         return options
 
     def open_table(self, location: str) -> DeltaTable:

@@ -23,9 +23,9 @@ from typing import Any, NoReturn
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from airflow.sdk.log import mask_secret
 
 from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.hooks.masking import mask_secrets
 from airflow_deltaberg.spark.protocol import error_from_document, read_result, remove_result, result_payload
 
 DEFAULT_SPARK_BINARY = "spark-submit"
@@ -155,9 +155,7 @@ class SparkApplicationRun:
         masked in the logs (the hook logs the command line).
         """
         if not self.target.driver_is_local:
-            for item in value.values():
-                if isinstance(item, str):
-                    mask_secret(item)
+            mask_secrets(item for item in value.values() if isinstance(item, str))
             return json.dumps(dict(value))
         path = os.path.join(self.work, flag.strip("-") + ".json")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

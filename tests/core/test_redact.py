@@ -11,8 +11,11 @@ from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.redact import (
     MASK,
     Redactor,
+    is_secret_header,
     location_secrets,
     location_text,
+    masked_options,
+    option_secrets,
     redact,
     redacting_logs,
     redactor_for,
@@ -106,3 +109,30 @@ def test_a_raw_gcs_token_for_an_explicit_endpoint_is_used_as_it_is() -> None:
     assert isinstance(with_endpoint["token"], Credentials) and with_endpoint["token"].token == SECRET
     assert _client_options("gs", {"token": SECRET})["token"] == SECRET  # Google's endpoint: gcsfs checks it there
     assert _client_options("gs", {"token": "anon", "endpoint_url": "http://localhost:4443"})["token"] == "anon"
+
+
+def test_option_secrets_are_the_values_under_secret_names_and_url_passwords() -> None:
+    keyfile = {"type": "service_account", "private_key": "-----BEGIN KEY-----xyz"}
+    options = {"key": "AKIAEXAMPLE", "token": keyfile, "endpoint_url": "http://minio:9000", "empty_secret": "",
+               "uri": "postgresql://user:pg-pass-1@db/catalog", "nested": {"password": "pw-2"}, "anon": False}
+    assert option_secrets(options) == ["AKIAEXAMPLE", keyfile, "pg-pass-1", "pw-2"]
+    # their strings, for text redaction: a URL's password too
+    assert secret_values(options) == ["AKIAEXAMPLE", "service_account", "-----BEGIN KEY-----xyz", "pg-pass-1", "pw-2"]
+
+
+def test_masked_options_for_logs() -> None:
+    options = {"uri": "postgresql+psycopg2://user:pg-pass-1@db:5432/c", "credential": "c:s",
+               "client_kwargs": {"aws_secret_access_key": SECRET, "region_name": "eu"},
+               "list": [{"token": "t-3"}, "plain"], "warehouse": "s3://bucket/wh"}
+    masked = masked_options(options)
+    assert masked == {"uri": "postgresql+psycopg2://user:***@db:5432/c", "credential": MASK,
+                      "client_kwargs": {"aws_secret_access_key": MASK, "region_name": "eu"},
+                      "list": [{"token": MASK}, "plain"], "warehouse": "s3://bucket/wh"}
+    assert options["credential"] == "c:s"  # a copy
+
+
+@pytest.mark.parametrize(("name", "secret"), [("Authorization", True), ("proxy-authorization", True),
+                                              ("Cookie", True), ("X-Api-Key", True), ("X-Auth-Token", True),
+                                              ("Content-Type", False), ("X-Team", False)])
+def test_secret_headers(name: str, secret: bool) -> None:
+    assert is_secret_header(name) is secret

@@ -14,7 +14,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_deltaberg.core.iceberg.catalog import open_catalog
 from airflow_deltaberg.hooks import IcebergCatalogHook
-from airflow_deltaberg.hooks import catalog as catalog_hook_module
+from airflow_deltaberg.hooks import masking as masking_module
 from airflow_deltaberg.hooks.catalog import masked_properties
 
 
@@ -85,7 +85,7 @@ def test_masked_properties_hide_secrets_and_uri_passwords() -> None:
 
 def test_secrets_are_registered_with_the_masker(monkeypatch: pytest.MonkeyPatch) -> None:
     registered: list[Any] = []
-    monkeypatch.setattr(catalog_hook_module, "_mask_secret", registered.append)
+    monkeypatch.setattr(masking_module, "_mask_secret", registered.append)
     set_conn(monkeypatch, "cat", extra={"type": "rest", "uri": "https://u:uri-pw@rest.example", "credential": "c"})
     IcebergCatalogHook("cat").catalog_properties({"token": "override-token", "warehouse": "wh"})
     assert sorted(registered) == ["c", "override-token", "uri-pw"]

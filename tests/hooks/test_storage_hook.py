@@ -16,7 +16,7 @@ from airflow.sdk.log import redact
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import StorageError
 from airflow_deltaberg.hooks import DeltaStorageHook, StorageOptions
-from airflow_deltaberg.hooks import storage as storage_hook_module
+from airflow_deltaberg.hooks import masking as masking_module
 
 ACCESS_KEY = "AKIAEXAMPLEACCESSKEY01"
 SECRET = "s3cr3t-value-that-must-never-leak-9f8e7d"
@@ -268,7 +268,7 @@ def test_secrets_are_registered_with_the_masker(
     monkeypatch: pytest.MonkeyPatch, conn_type: str, fields: dict
 ) -> None:
     registered: list[Any] = []
-    monkeypatch.setattr(storage_hook_module, "_mask_secret", registered.append)
+    monkeypatch.setattr(masking_module, "_mask_secret", registered.append)
     options = options_for(monkeypatch, conn_type, **fields)
     assert registered == options.secrets()
     assert registered

@@ -1,0 +1,40 @@
+"""The provider's one way into Airflow's secrets masker: values registered here show as ``***`` in task logs.
+
+What is a secret is core.redact's rule (``option_secrets``, ``is_secret_header``); this module only hands the
+values to Airflow, the one part of that rule that needs Airflow (core knows nothing of it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from airflow_deltaberg.core.redact import option_secrets
+
+_mask_secret: Callable[[Any], None] | None
+try:
+    from airflow.sdk.log import mask_secret as _mask_secret
+except ImportError:  # pragma: no cover - Airflow 3.0/3.1
+    try:
+        from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask_secret
+    except ImportError:
+        _mask_secret = None
+
+
+def mask_secrets(values: Iterable[Any]) -> None:
+    """Register each value with Airflow's secrets masker: a string or a list whole, a mapping (a key file) by
+    Airflow's own rule on its key names. Empty values are skipped; masking never raises."""
+    if _mask_secret is None:  # pragma: no cover - no masker in this Airflow
+        return
+    for value in values:
+        if not value or not isinstance(value, (str, list, tuple, Mapping)):
+            continue
+        try:
+            _mask_secret(dict(value) if isinstance(value, Mapping) else value)
+        except Exception:  # noqa: BLE001 - masking must never break the task or the notification
+            pass
+
+
+def mask_option_secrets(options: Mapping[Any, Any] | None) -> None:
+    """Register the secrets of storage options or catalog properties (core.redact's ``option_secrets``)."""
+    mask_secrets(option_secrets(options))
