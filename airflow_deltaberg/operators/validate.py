@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.errors import ComplianceViolationError, DeltabergError, DeltaError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 
+#: The XCom key of the report dict, pushed once per try (also when the task then fails on a violation).
 XCOM_KEY = "compliance_report"
 
 
@@ -41,10 +43,14 @@ def _parse_version(value: Any) -> int | None:
 class DeltaValidateOperator(BaseOperator):
     """Validate a Delta table against an IcebergCompat level and publish the compliance report.
 
-    The report dict (see ``airflow_deltaberg.core.compat.report``) is pushed to XCom under the key
-    ``compliance_report`` and returned (``return_value``). A non-compliant table fails the task without
+    The report dict (see ``airflow_deltaberg.core.compat.report``) is pushed to XCom once, under the key
+    ``compliance_report`` (``XCOM_KEY``), before the task succeeds or fails on it; the task returns nothing (no
+    ``return_value`` copy). Downstream: ``ti.xcom_pull(task_ids=..., key="compliance_report")`` or
+    ``XComArg(validate_task, key="compliance_report")``. A non-compliant table fails the task without
     retries unless ``fail_on_violation`` is False: an AirflowFailException whose message is the report's summary,
     raised from a ``ComplianceViolationError`` (core.errors) that carries the report (``__cause__.report``).
+    The report is logged at ERROR only when it fails the task; violations that do not (``fail_on_violation``
+    False, or warnings only) are logged at WARNING, a clean report at INFO.
     Errors that retrying cannot fix (bad table, unsupported feature) fail the task without retries; storage errors
     are re-raised so the task's ``retries`` apply.
 
@@ -81,7 +87,7 @@ class DeltaValidateOperator(BaseOperator):
         self.deltaberg_conn_id = deltaberg_conn_id
         self.fail_on_violation = fail_on_violation
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> None:
         try:
             level = _parse_level(self.level)
             version = _parse_version(self.version)
@@ -107,17 +113,15 @@ class DeltaValidateOperator(BaseOperator):
                 raise
             raise AirflowFailException(self._failure_message(exc, version)) from exc
 
-        report_dict = report.to_dict()
-        context["ti"].xcom_push(key=XCOM_KEY, value=report_dict)
-        if report.compliant:
-            self.log.info("Compliance report:\n%s", report.to_text())
-            return report_dict
-        self.log.error("Compliance report:\n%s", report.to_text())
-        if self.fail_on_violation:
+        context["ti"].xcom_push(key=XCOM_KEY, value=report.to_dict())
+        fails = not report.compliant and self.fail_on_violation
+        log_level = logging.ERROR if fails else logging.WARNING if report.violations else logging.INFO
+        self.log.log(log_level, "Compliance report:\n%s", report.to_text())
+        if fails:
             violation = ComplianceViolationError(report)
             raise AirflowFailException(str(violation)) from violation
-        self.log.warning("The table is not compliant; fail_on_violation is False, so the task succeeds")
-        return report_dict
+        if not report.compliant:
+            self.log.warning("The table is not compliant; fail_on_violation is False, so the task succeeds")
 
     def _failure_message(self, exc: DeltabergError, version: int | None) -> str:
         """The error's message, naming the table and version when the error does not already."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def test_compliant_table_succeeds_and_publishes_the_report(run_dag, dag_id, comp
     assert report["table"] == str(compliant_table)
     assert report["version"] == 0
     assert report["level"] == "writer-compat-v1"
-    assert result.xcom("validate") == report
+    assert result.xcom("validate") is None  # pushed once, under compliance_report: no return_value copy
     assert report == validate(str(compliant_table)).to_dict()
 
 
@@ -62,7 +63,7 @@ def test_non_compliant_table_fails_without_retrying(
     assert {v["rule_id"] for v in report["violations"] if v["severity"] == "error"} == plain_failed_rules
     assert report["error_count"] == len(report["violations"])
     assert ComplianceReport.from_dict(report).failed_rule_ids == plain_failed_rules
-    assert result.xcom("validate") is None  # no return value: the task raised
+    assert result.xcom("validate") is None  # the report is pushed once, under compliance_report
 
 
 def test_exception_carries_the_report_and_summary(run_dag, dag_id, plain_table: Path) -> None:
@@ -97,10 +98,52 @@ def test_fail_on_violation_false_succeeds_with_the_failing_report(
     result = run_dag(dag)
 
     assert result.ti("validate").state == "success"
-    report = result.xcom("validate")
+    report = result.xcom("validate", "compliance_report")
     assert report["compliant"] is False
     assert ComplianceReport.from_dict(report).failed_rule_ids == plain_failed_rules
-    assert result.xcom("validate", "compliance_report") == report
+    assert result.xcom("validate") is None
+
+
+def report_log_levels(logged: str) -> list[str]:
+    """The levels of the task log's "Compliance report" lines (dag.test prints ``... [level    ] message``)."""
+    return re.findall(r"\[(\w+) *\] Compliance report:", logged)
+
+
+def test_an_informational_validate_logs_no_error(
+    run_dag, dag_id, plain_table: Path, compliant_table: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A report that does not fail the task is a warning (or information), not an ERROR in the task log."""
+    with make_dag(dag_id) as dag:
+        DeltaValidateOperator(task_id="informational", table_uri=str(plain_table), fail_on_violation=False)
+    capfd.readouterr()
+
+    result = run_dag(dag)
+
+    assert result.ti("informational").state == "success"
+    out = capfd.readouterr()
+    logged = out.out + out.err
+    assert report_log_levels(logged) == ["warning"]
+    assert not re.search(r"\[error +\]", logged)  # no ERROR line at all (the report's own "- [error] rule" rows aside)
+    assert "fail_on_violation is False, so the task succeeds" in logged
+
+    with make_dag(dag_id + "_clean") as clean_dag:
+        DeltaValidateOperator(task_id="clean", table_uri=str(compliant_table))
+    run_dag(clean_dag)
+    out = capfd.readouterr()
+    assert report_log_levels(out.out + out.err) == ["info"]
+
+
+def test_a_failing_validate_logs_its_report_at_error(
+    run_dag, dag_id, plain_table: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with make_dag(dag_id) as dag:
+        DeltaValidateOperator(task_id="validate", table_uri=str(plain_table))
+    capfd.readouterr()
+
+    run_dag(dag)
+
+    out = capfd.readouterr()
+    assert report_log_levels(out.out + out.err) == ["error"]
 
 
 def test_templated_table_level_and_version(run_dag, dag_id, compliant_table: Path, table_helpers) -> None:
@@ -137,7 +180,7 @@ def test_data_checks_sample_files(run_dag, dag_id, plain_table: Path) -> None:
 
     result = run_dag(dag)
 
-    report = result.xcom("validate")
+    report = result.xcom("validate", "compliance_report")
     assert result.ti("validate").state == "success"
     assert report["data_checks"] is True
     assert report["files_sampled"] == 1
