@@ -23,7 +23,7 @@ yours.
     DELTABERG_SMTP_CONN_ID = smtp_default           SMTP connection (host, port, login; extra: from_email)
     DELTABERG_WEBHOOK_CONN_ID = deltaberg_compliance_webhook
                                                     HTTP connection of the webhook: host, schema, port,
-                                                    login/password (basic auth), extra {"headers": {...}}
+                                                    login/password (basic auth), extra: headers (HttpHook)
     DELTABERG_WEBHOOK_ENDPOINT = (none)             path appended to the connection's URL
 """
 

@@ -1,45 +1,38 @@
 """Notifiers that send the compliance report of a DeltaValidateOperator task by email or to a webhook.
 
 Both take the report from the task's exception or its cause (``ComplianceViolationError.report``) or else from the
-``compliance_report`` XCom of the task instance. Without a report (the task failed for another reason) they
-send a short message with the exception text.
+``compliance_report`` XCom of the task instance. Without a report (the task failed for another reason, e.g. storage
+credentials missing) they send a short message with the exception text, naming the table: the task's
+``table_uri`` argument, else the exception's ``table`` attribute.
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import logging
-import tempfile
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+import smtplib
+from collections.abc import Iterable, Mapping, Sequence
+from email import policy
+from email.message import EmailMessage
+from email.utils import formatdate
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow.sdk import BaseHook, BaseNotifier, Context
+from airflow.sdk import BaseNotifier, Context
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_deltaberg.core.compat import ComplianceReport
-from airflow_deltaberg.hooks.storage import is_secret_key
+from airflow_deltaberg.core.redact import is_secret_header, location_text
+from airflow_deltaberg.hooks.masking import mask_secrets
 from airflow_deltaberg.operators.validate import XCOM_KEY
-
-_mask_secret: Callable[[Any], None] | None
-try:
-    from airflow.sdk.log import mask_secret as _mask_secret
-except ImportError:  # pragma: no cover - Airflow 3.0/3.1
-    try:
-        from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask_secret
-    except ImportError:
-        _mask_secret = None
 
 log = logging.getLogger(__name__)
 
-#: Header names (lower case) whose values are secrets, besides those matched by ``is_secret_key``.
-SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie", "auth")
 REPORT_ATTACHMENT = "compliance_report.json"
+# RFC 5322's hard line limit rather than the folding at 78: a subject stays one header line as clients show it,
+# and 7bit keeps a non-ASCII body transfer-encoded for servers without 8BITMIME.
+_EMAIL_POLICY = policy.default.clone(max_line_length=998, cte_type="7bit")
 _SUMMARY_LIMIT = 200
 
 
@@ -70,6 +63,21 @@ def find_report(context: Mapping[str, Any]) -> ComplianceReport | None:
         return None
 
 
+def find_table(context: Mapping[str, Any]) -> str | None:
+    """The table a failed task was about, shown without URL credentials: the task's ``table_uri`` argument (as
+    rendered), else the ``table`` attribute of the exception or of its cause (core.errors.DeltaError); None when
+    neither names one."""
+    ti = context.get("ti") or context.get("task_instance")
+    task = context.get("task") or getattr(ti, "task", None)
+    exc = context.get("exception")
+    candidates = [getattr(task, "table_uri", None)]
+    candidates += [getattr(carrier, "table", None) for carrier in (exc, getattr(exc, "__cause__", None))]
+    for table in candidates:
+        if isinstance(table, str) and table:
+            return location_text(table)
+    return None
+
+
 def _task_label(context: Mapping[str, Any]) -> str:
     ti = context.get("ti") or context.get("task_instance")
     if ti is None:
@@ -79,12 +87,14 @@ def _task_label(context: Mapping[str, Any]) -> str:
 
 
 def failure_text(context: Mapping[str, Any]) -> str:
-    """A short message for a notification without a report: which task, and the exception text."""
+    """A short message for a notification without a report: which task and table, and the exception text."""
+    table = find_table(context)
+    subject = _task_label(context) + (f" on table {table}" if table else "")
     exc = context.get("exception")
     if exc is None:
-        return f"{_task_label(context)} produced no compliance report"
+        return f"{subject} produced no compliance report"
     detail = str(exc) or type(exc).__name__
-    return f"{_task_label(context)} failed without a compliance report: {detail}"
+    return f"{subject} failed without a compliance report: {detail}"
 
 
 def _summary(report: ComplianceReport | None, context: Mapping[str, Any]) -> str:
@@ -93,15 +103,38 @@ def _summary(report: ComplianceReport | None, context: Mapping[str, Any]) -> str
     return first_line if len(first_line) <= _SUMMARY_LIMIT else first_line[: _SUMMARY_LIMIT - 3] + "..."
 
 
+def notification_payload(context: Mapping[str, Any]) -> dict[str, Any]:
+    """The document a notification carries: which run and try of which task, the table, the summary (the
+    report's, or the failure message), the report dict (None without one) and the exception text (None without
+    one)."""
+    ti = context.get("ti") or context.get("task_instance")
+    exc = context.get("exception")
+    report = find_report(context)
+    return {
+        "dag_id": getattr(ti, "dag_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        "run_id": getattr(ti, "run_id", None),
+        "try_number": getattr(ti, "try_number", None),
+        "map_index": getattr(ti, "map_index", None),
+        "table": report.table if report is not None else find_table(context),
+        "compliant": report.compliant if report is not None else None,
+        "summary": report.summary() if report is not None else failure_text(context),
+        "report": report.to_dict() if report is not None else None,
+        "error": None if exc is None else str(exc) or type(exc).__name__,
+    }
+
+
 class ComplianceEmailNotifier(BaseNotifier):
-    """Email the compliance report through the SMTP provider's SmtpHook.
+    """Email the compliance report through the SMTP connection of the SMTP provider's SmtpHook.
 
-    The body is the report as markdown (or text), the JSON report is attached as ``compliance_report.json``.
-    ``subject`` is a Jinja template; besides the task context it sees ``compliance_report`` (the
-    ComplianceReport or None) and ``compliance_summary`` (its summary, or the failure message).
+    The message is multipart: the body as ``text/plain`` (the report as markdown or text, verbatim) and as its
+    ``text/html`` alternative (the same text, preformatted), and the JSON report attached as
+    ``compliance_report.json``. ``subject`` is a Jinja template; besides the task context it sees
+    ``compliance_report`` (the ComplianceReport or None) and ``compliance_summary`` (its summary, or the failure
+    message).
 
-    :param to: recipient address(es).
-    :param smtp_conn_id: the SMTP connection.
+    :param to: recipient address(es): a list, or one string separated by commas or semicolons.
+    :param smtp_conn_id: the SMTP connection (host, port, TLS, login, retries, ``from_email`` extra).
     :param subject: subject template.
     :param from_email: sender; defaults to the connection's ``from_email`` extra.
     :param body_format: ``markdown`` or ``text``.
@@ -142,128 +175,147 @@ class ComplianceEmailNotifier(BaseNotifier):
         else:
             rendered = report.to_markdown() if self.body_format == "markdown" else report.to_text()
             body = f"Compliance report of {_task_label(context)}:\n\n{rendered}"
-        html_content = f"<pre>{html.escape(body)}</pre>"
-
-        with tempfile.TemporaryDirectory(prefix="deltaberg-report-") as tmp:
-            files: list[str] = []
-            if report is not None:
-                attachment = Path(tmp) / REPORT_ATTACHMENT
-                attachment.write_text(report.to_json(), encoding="utf-8")
-                files.append(str(attachment))
-            with SmtpHook(smtp_conn_id=self.smtp_conn_id) as smtp:
-                from_email = self.from_email or smtp.from_email
-                if not from_email:
-                    raise AirflowException(
-                        f"ComplianceEmailNotifier: give from_email or set the from_email extra of connection "
-                        f"{self.smtp_conn_id!r}"
-                    )
-                smtp.send_email_smtp(
-                    to=self.to, subject=subject, html_content=html_content, from_email=from_email, files=files
+        recipients = _addresses(self.to)
+        with SmtpHook(smtp_conn_id=self.smtp_conn_id) as smtp:
+            from_email = self.from_email or smtp.from_email
+            if not from_email:
+                raise AirflowException(
+                    f"ComplianceEmailNotifier: give from_email or set the from_email extra of connection "
+                    f"{self.smtp_conn_id!r}"
                 )
+            message = email_message(
+                subject=subject, from_email=from_email, to=recipients, text=body,
+                attachment=report.to_json() if report is not None else None,
+            )
+            _send(smtp, message, from_email, recipients)
         self.log.info("Emailed the compliance notification of %s: %s", _task_label(context), summary)
 
 
+def email_message(*, subject: str, from_email: str, to: Sequence[str], text: str,
+                  attachment: str | None) -> EmailMessage:
+    """multipart/mixed: a multipart/alternative of ``text`` as text/plain (verbatim: a markdown body stays
+    markdown) and as text/html (escaped for HTML, quotes left as they are: they need no escaping in element
+    content), then the JSON report attached when there is one."""
+    message = EmailMessage(policy=_EMAIL_POLICY)
+    message["Subject"] = subject
+    message["From"] = from_email
+    message["To"] = ", ".join(to)
+    message["Date"] = formatdate(localtime=True)
+    message.set_content(text, subtype="plain", charset="utf-8")
+    message.add_alternative(f"<html><body><pre>{html.escape(text, quote=False)}</pre></body></html>",
+                            subtype="html", charset="utf-8")
+    if attachment is not None:
+        message.add_attachment(attachment.encode("utf-8"), maintype="application", subtype="json",
+                               filename=REPORT_ATTACHMENT)
+    return message
+
+
+def _addresses(to: str | Iterable[str]) -> list[str]:
+    items = to.replace(";", ",").split(",") if isinstance(to, str) else list(to)
+    addresses = [item.strip() for item in items if item and item.strip()]
+    if not addresses:
+        raise AirflowException("ComplianceEmailNotifier: no recipient in 'to'")
+    return addresses
+
+
+def _send(smtp: Any, message: EmailMessage, from_email: str, recipients: list[str]) -> None:
+    """Send through the SMTP client the hook logged in with (connection, TLS and login are the hook's), with the
+    hook's retry limit. SmtpHook's own send builds an HTML-only message, hence its client here."""
+    client = getattr(smtp, "_smtp_client", None)
+    if client is None:  # pragma: no cover - an SmtpHook without its client
+        raise AirflowException("ComplianceEmailNotifier: the SMTP hook has no open client")
+    retries = int(getattr(smtp, "smtp_retry_limit", 0) or 0)
+    for attempt in range(retries + 1):
+        try:
+            client.send_message(message, from_addr=from_email, to_addrs=recipients)
+            return
+        except smtplib.SMTPServerDisconnected:
+            if attempt == retries:
+                raise
+
+
 class ComplianceWebhookNotifier(BaseNotifier):
-    """POST the compliance report as JSON (``application/json``) to a URL, with urllib.
+    """POST the notification as JSON (``application/json``) through an HTTP connection (the HTTP provider's
+    HttpHook): host (with or without scheme), schema, port, login/password as basic auth, the extra as headers.
 
-    The body is the report dict (``ComplianceReport.to_dict()``); without a report it is
-    ``{"dag_id", "task_id", "run_id", "try_number", "report": null, "message", "error"}``.
-    The URL comes from ``url`` or from an HTTP connection: host (with or without scheme), schema as the
-    scheme, port, login/password as basic auth, and the extra as headers (a ``headers`` object, or
-    the whole extra as in HttpHook). Neither the URL nor header values are logged; errors name the host only.
+    The body (``notification_payload``)::
 
-    :param url: the full URL; give it or ``http_conn_id``.
-    :param http_conn_id: connection for the URL and credentials.
-    :param endpoint: path appended to the connection's URL.
+        {"dag_id", "task_id", "run_id", "try_number", "map_index", "table", "compliant", "summary",
+         "report": <ComplianceReport.to_dict()> or null, "error": <exception text> or null}
+
+    The URL, the connection's password and secret-looking header values are registered with Airflow's secrets
+    masker; errors name the scheme, host and port only.
+
+    :param http_conn_id: the HTTP connection of the webhook.
+    :param endpoint: path appended to the connection's URL (may hold a token: it is masked in the logs).
     :param headers: extra request headers (secret-looking values are masked in the logs).
     :param timeout: seconds to wait for the server.
     """
 
-    template_fields: Sequence[str] = ("url", "http_conn_id", "endpoint", "headers")
+    template_fields: Sequence[str] = ("http_conn_id", "endpoint", "headers")
 
     def __init__(
         self,
         *,
-        url: str | None = None,
-        http_conn_id: str | None = None,
+        http_conn_id: str = "http_default",
         endpoint: str = "",
         headers: Mapping[str, str] | None = None,
         timeout: float = 10.0,
     ) -> None:
         super().__init__()
-        if (url is None) == (http_conn_id is None):
-            raise ValueError("ComplianceWebhookNotifier needs exactly one of url and http_conn_id")
-        self.url = url
         self.http_conn_id = http_conn_id
         self.endpoint = endpoint
         self.headers = dict(headers or {})
         self.timeout = timeout
 
     def __repr__(self) -> str:
-        target = f"conn {self.http_conn_id}" if self.http_conn_id else _host_of(self.url or "")
-        return f"ComplianceWebhookNotifier({target})"
-
-    def _target(self) -> tuple[str, dict[str, str]]:
-        """The URL and the headers from the url argument or the connection."""
-        headers: dict[str, str] = {}
-        if self.http_conn_id is None:
-            url = self.url or ""
-        else:
-            conn = BaseHook.get_connection(self.http_conn_id)
-            host = (conn.host or "").rstrip("/")
-            if not host:
-                raise AirflowException(f"connection {self.http_conn_id!r} has no host")
-            if "://" not in host:
-                host = f"{conn.schema or 'http'}://{host}"
-            if conn.port and not urlsplit(host).port:
-                host = f"{host}:{conn.port}"
-            url = host
-            extra = conn.extra_dejson
-            conn_headers = extra.get("headers") if isinstance(extra.get("headers"), Mapping) else extra
-            headers.update({str(k): str(v) for k, v in conn_headers.items() if isinstance(v, (str, int, float))})
-            if conn.login:
-                token = base64.b64encode(f"{conn.login}:{conn.password or ''}".encode()).decode()
-                headers["Authorization"] = f"Basic {token}"
-        if self.endpoint:
-            url = f"{url.rstrip('/')}/{self.endpoint.lstrip('/')}"
-        headers.update({str(k): str(v) for k, v in self.headers.items()})
-        if urlsplit(url).scheme not in ("http", "https"):
-            raise AirflowException(f"ComplianceWebhookNotifier: the URL must be http(s), not {urlsplit(url).scheme!r}")
-        return url, headers
+        return f"ComplianceWebhookNotifier(conn {self.http_conn_id})"
 
     def notify(self, context: Context) -> None:
-        url, headers = self._target()
-        _register_secrets(url, headers)
-        report = find_report(context)
-        if report is not None:
-            payload: dict[str, Any] = report.to_dict()
-        else:
-            ti = context.get("ti") or context.get("task_instance")
-            exc = context.get("exception")
-            payload = {
-                "dag_id": getattr(ti, "dag_id", None),
-                "task_id": getattr(ti, "task_id", None),
-                "run_id": getattr(ti, "run_id", None),
-                "try_number": getattr(ti, "try_number", None),
-                "report": None,
-                "message": failure_text(context),
-                "error": None if exc is None else str(exc),
-            }
-        body = json.dumps(payload).encode("utf-8")
-        request = urllib.request.Request(url, data=body, method="POST")
-        for name, value in headers.items():
-            request.add_header(name, value)
-        request.add_header("Content-Type", "application/json")
+        hook = _http_hook(self.http_conn_id)
+        conn = hook.get_connection(self.http_conn_id)
+        url = hook.url_from_endpoint(self.endpoint)
+        headers = {"Content-Type": "application/json", **{str(k): str(v) for k, v in self.headers.items()}}
+        extra = conn.extra_dejson if isinstance(conn.extra_dejson, Mapping) else {}
+        parts = urlsplit(url)
+        mask_secrets([url, parts.query, conn.password,
+                      *(v for k, v in {**extra, **headers}.items() if is_secret_header(k) and isinstance(v, str))])
+        if isinstance(extra.get("headers"), Mapping):
+            raise AirflowException(
+                f"connection {self.http_conn_id!r}: HttpHook sends the whole extra as headers; put the headers at "
+                f"the top level of the extra, not under 'headers'"
+            )
+        if parts.scheme not in ("http", "https"):
+            raise AirflowException(f"ComplianceWebhookNotifier: the URL must be http(s), not {parts.scheme!r}")
+        payload = notification_payload(context)
         host = _host_of(url)
+        import requests  # the HTTP provider's client; imported here, as the hook, to keep DAG parsing light
+
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - http(s) only
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            raise AirflowException(f"webhook at {host} answered HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise AirflowException(f"webhook at {host} could not be reached: {reason}") from None
-        self.log.info("Posted the compliance notification of %s to %s (HTTP %s)", _task_label(context), host, status)
+            response = hook.run(
+                endpoint=self.endpoint, data=json.dumps(payload), headers=headers,
+                extra_options={"timeout": self.timeout, "check_response": False},
+            )
+        except requests.RequestException as exc:
+            # The exception's text holds the whole URL (a token in its path or query): name the host only.
+            raise AirflowException(f"webhook at {host} could not be reached: {type(exc).__name__}") from None
+        if response.status_code >= 400:
+            raise AirflowException(f"webhook at {host} answered HTTP {response.status_code} {response.reason}")
+        self.log.info(
+            "Posted the compliance notification of %s to %s (HTTP %s)", _task_label(context), host,
+            response.status_code,
+        )
+
+
+def _http_hook(http_conn_id: str) -> Any:
+    try:
+        from airflow.providers.http.hooks.http import HttpHook
+    except ImportError as exc:  # pragma: no cover - a runtime dependency; missing only in a broken install
+        raise AirflowException(
+            "ComplianceWebhookNotifier needs apache-airflow-providers-http (a dependency of airflow-deltaberg): "
+            f"pip install apache-airflow-providers-http ({exc})"
+        ) from None
+    return HttpHook(method="POST", http_conn_id=http_conn_id)
 
 
 def _host_of(url: str) -> str:
@@ -272,18 +324,3 @@ def _host_of(url: str) -> str:
     host = parts.hostname or "?"
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{host}{port}"
-
-
-def _register_secrets(url: str, headers: Mapping[str, str]) -> None:
-    """Mask the URL (whole, its password and its query) and secret-looking header values in Airflow's logs."""
-    if _mask_secret is None:  # pragma: no cover - no masker in this Airflow
-        return
-    parts = urlsplit(url)
-    secrets = [url, parts.password, parts.query]
-    secrets += [v for k, v in headers.items() if k.lower() in SECRET_HEADERS or is_secret_key(k)]
-    for secret in secrets:
-        if secret:
-            try:
-                _mask_secret(secret)
-            except Exception:  # pragma: no cover - masking must never stop the notification
-                pass

@@ -133,7 +133,7 @@ def test_scheduled_conversion_converts_then_catches_up(run_dag, load_example, tm
     assert first.state == "success"
     report = first.xcom("validate", "compliance_report")
     assert report["compliant"] is False  # a plain deltalake table: informational by default
-    assert first.xcom("validate") == report
+    assert first.xcom("validate") is None  # the report is pushed once, under compliance_report
     converted = first.xcom("convert")
     assert (converted["mode"], converted["delta_version"], converted["records"]) == ("full", 1, 6)
     assert iceberg_rows(catalog, "shop.sales") == delta_rows(table)
@@ -301,7 +301,7 @@ def test_compliance_monitoring_alerts_when_the_table_drifts(run_dag, load_exampl
     compliant = run_dag(dag)
 
     assert compliant.state == "success"
-    report = compliant.xcom("validate")
+    report = compliant.xcom("validate", "compliance_report")
     assert report["compliant"] is True and report["level"] == "writer-compat-v1"
     assert report["data_checks"] is True and report["files_sampled"] == 1
     assert smtp_server.messages == [] and webhook_server.requests == []
@@ -323,7 +323,7 @@ def test_compliance_monitoring_alerts_when_the_table_drifts(run_dag, load_exampl
     assert json.loads(attachments["compliance_report.json"]) == report
     (request,) = webhook_server.requests
     assert request.path == "/alerts/compliance"
-    assert request.json() == report
+    assert request.json()["report"] == report
 
 
 # -- enablement --------------------------------------------------------------------------------------------------
@@ -350,7 +350,7 @@ def test_enablement_plans_rewrites_and_validates(run_dag, load_example, monkeypa
     assert result.xcom("plan")["action"] == "dry-run"
     enabled = result.xcom("enable")
     assert (enabled["action"], enabled["committed_version"]) == ("rewrite", 2)
-    report = result.xcom("validate")
+    report = result.xcom("validate", "compliance_report")
     assert report["compliant"] is True and report["level"] == "writer-compat-v1"
     assert validate(str(table), data_checks=True).compliant
     assert delta_rows(table) == before  # the same rows, read by deltalake through column mapping
