@@ -310,7 +310,7 @@ class ComplianceWebhookNotifier(BaseNotifier):
 def _http_hook(http_conn_id: str) -> Any:
     try:
         from airflow.providers.http.hooks.http import HttpHook
-    except ImportError as exc:  # pragma: no cover - a runtime dependency; missing only in a broken install
+    except ImportError as exc:  # a runtime dependency: missing only in a broken install
         raise AirflowException(
             "ComplianceWebhookNotifier needs apache-airflow-providers-http (a dependency of airflow-deltaberg): "
             f"pip install apache-airflow-providers-http ({exc})"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import sys
 from email.message import Message
 from pathlib import Path
 from typing import Any
@@ -416,3 +417,11 @@ def test_webhook_unreachable_names_the_host_only(plain_table: Path, closed_port:
 
     assert str(info.value).startswith(f"webhook at http://127.0.0.1:{port} could not be reached")
     assert "secret-path" not in str(info.value) and "token=abc" not in str(info.value)
+
+
+def test_webhook_without_the_http_provider_says_what_to_install(plain_table: Path, monkeypatch) -> None:
+    """The provider is a dependency; an install without it gets one clear line, not an ImportError trace."""
+    monkeypatch.setitem(sys.modules, "airflow.providers.http.hooks.http", None)  # import fails
+
+    with pytest.raises(AirflowException, match="needs apache-airflow-providers-http"):
+        ComplianceWebhookNotifier(http_conn_id="any")(_violation_context(plain_table))
