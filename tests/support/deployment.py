@@ -57,8 +57,11 @@ def deployment_env(home: Path, api_port: int, dags_folder: Path, extra: dict[str
         "AIRFLOW__API__PORT": str(api_port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-        "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(24).hex(),
-        "AIRFLOW__API__SECRET_KEY": os.urandom(24).hex(),
+        "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(32).hex(),
+        "AIRFLOW__API__SECRET_KEY": os.urandom(32).hex(),
+        # The scheduler's and the triggerer's log servers: free ports, not the fixed defaults 8793 and 8794.
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         # Quick turns for a test: the scheduler loop, the dag-processor's folder scans, the triggerer's health.
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
