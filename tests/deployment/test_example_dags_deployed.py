@@ -124,6 +124,9 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
 
         dags = deploy.query("SELECT dag_id, is_paused, timetable_summary FROM dag WHERE is_stale = 0")
         assert deploy.query("SELECT count(*) FROM import_error") == [(0,)]
+        # The secrets are in the DB, encrypted with the deployment's Fernet key (the scan below finds them nowhere).
+        assert deploy.query("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'lake_%' "
+                            "ORDER BY conn_id") == [("lake_catalog", 1), ("lake_storage", 1)]
         # The deployment creates DAGs unpaused (dags_are_paused_at_creation=False); the examples that run on their
         # own are paused all the same, and the unconfigured ones have no schedule: none runs on a table nobody chose.
         assert set(dags) == {
