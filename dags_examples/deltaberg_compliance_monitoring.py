@@ -10,21 +10,22 @@ report by email and to a webhook when it breaks a rule.
 The notifiers are task callbacks: a DAG-level ``on_failure_callback`` notifier crashes ``dag.test()`` in
 Airflow 3.3.
 
-Configuration: environment variables read when the file is parsed. DELTABERG_TABLE_URI is the default of the
-``table_uri`` param, which a manual run can override. Copy this file and change the defaults below to make it
-yours.
+Configuration: environment variables named after the DAG id, DELTABERG_COMPLIANCE_MONITORING_<SETTING>, read when
+the file is parsed: set them for the dag-processor and the workers alike (a worker parses the file again to run a
+task). A copy of this file under another DAG_ID reads its own. TABLE_URI is the default of the ``table_uri``
+param, which a manual run can override. Until TABLE_URI is set the DAG has no schedule and no default table: it
+checks no table nobody chose, and only a manual run that names one runs it. It is paused when first seen.
 
-    DELTABERG_TABLE_URI = /data/delta/sales         the Delta table (local path or fsspec URI)
-    DELTABERG_STORAGE_CONN_ID = (none)              connection with the table's storage credentials
-    DELTABERG_COMPLIANCE_SCHEDULE = @daily          cron expression or preset
-    DELTABERG_VALIDATION_LEVEL = writer-compat-v1   compat-v1, compat-v2 or writer-compat-v1
-    DELTABERG_SAMPLE_FILES = 20                     data files whose Parquet footers the data checks read
-    DELTABERG_ALERT_EMAIL = data-platform@example.com   recipients, comma-separated
-    DELTABERG_SMTP_CONN_ID = smtp_default           SMTP connection (host, port, login; extra: from_email)
-    DELTABERG_WEBHOOK_CONN_ID = deltaberg_compliance_webhook
-                                                    HTTP connection of the webhook: host, schema, port,
+    TABLE_URI = (none)                              the Delta table (local path or fsspec URI)
+    STORAGE_CONN_ID = (none)                        connection with the table's storage credentials
+    SCHEDULE = @daily                               cron expression or preset
+    VALIDATION_LEVEL = writer-compat-v1             compat-v1, compat-v2, writer-compat-v1, compat-v3 or writer-compat-v3
+    SAMPLE_FILES = 20                               data files whose Parquet footers the data checks read
+    ALERT_EMAIL = data-platform@example.com         recipients, comma-separated
+    SMTP_CONN_ID = smtp_default                     SMTP connection (host, port, login; extra: from_email)
+    WEBHOOK_CONN_ID = deltaberg_compliance_webhook  HTTP connection of the webhook: host, schema, port,
                                                     login/password (basic auth), extra: headers (HttpHook)
-    DELTABERG_WEBHOOK_ENDPOINT = (none)             path appended to the connection's URL
+    WEBHOOK_ENDPOINT = (none)                       path appended to the connection's URL
 """
 
 from __future__ import annotations
@@ -37,24 +38,36 @@ from airflow.sdk import DAG, Param
 from airflow_deltaberg.notifications import ComplianceEmailNotifier, ComplianceWebhookNotifier
 from airflow_deltaberg.operators import DeltaValidateOperator
 
-TABLE_URI = os.environ.get("DELTABERG_TABLE_URI", "/data/delta/sales")
-STORAGE_CONN_ID = os.environ.get("DELTABERG_STORAGE_CONN_ID") or None
-SCHEDULE = os.environ.get("DELTABERG_COMPLIANCE_SCHEDULE", "@daily")
-VALIDATION_LEVEL = os.environ.get("DELTABERG_VALIDATION_LEVEL", "writer-compat-v1")
-SAMPLE_FILES = int(os.environ.get("DELTABERG_SAMPLE_FILES", "20"))
-ALERT_EMAIL = [a.strip() for a in os.environ.get("DELTABERG_ALERT_EMAIL", "data-platform@example.com").split(",")
-               if a.strip()]
-SMTP_CONN_ID = os.environ.get("DELTABERG_SMTP_CONN_ID", "smtp_default")
-WEBHOOK_CONN_ID = os.environ.get("DELTABERG_WEBHOOK_CONN_ID", "deltaberg_compliance_webhook")
-WEBHOOK_ENDPOINT = os.environ.get("DELTABERG_WEBHOOK_ENDPOINT", "")
+DAG_ID = "deltaberg_compliance_monitoring"
+#: This DAG's settings: the environment variables PREFIX + <SETTING>.
+PREFIX = DAG_ID.upper() + "_"
+
+
+def setting(name: str, default: str = "") -> str:
+    """The environment variable ``PREFIX + name``; ``default`` when it is unset or blank."""
+    return os.environ.get(PREFIX + name, "").strip() or default
+
+
+TABLE_URI = setting("TABLE_URI")
+STORAGE_CONN_ID = setting("STORAGE_CONN_ID") or None
+SCHEDULE = setting("SCHEDULE", "@daily")
+VALIDATION_LEVEL = setting("VALIDATION_LEVEL", "writer-compat-v1")
+SAMPLE_FILES = int(setting("SAMPLE_FILES", "20"))
+ALERT_EMAIL = [a.strip() for a in setting("ALERT_EMAIL", "data-platform@example.com").split(",") if a.strip()]
+SMTP_CONN_ID = setting("SMTP_CONN_ID", "smtp_default")
+WEBHOOK_CONN_ID = setting("WEBHOOK_CONN_ID", "deltaberg_compliance_webhook")
+WEBHOOK_ENDPOINT = setting("WEBHOOK_ENDPOINT")
 
 with DAG(
-    dag_id="deltaberg_compliance_monitoring",
-    description="Check a Delta table against an IcebergCompat level; email and post the report on violations",
-    schedule=SCHEDULE,
+    dag_id=DAG_ID,
+    description="Check a Delta table against an IcebergCompat level; email and post the report on violations" + (
+        "" if TABLE_URI else f" (not scheduled: set {PREFIX}TABLE_URI)"),
+    schedule=SCHEDULE if TABLE_URI else None,
+    is_paused_upon_creation=True,  # whatever the deployment's default: a deployer unpauses it on purpose
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,  # a check of the table as it is now: past intervals have nothing to add
-    params={"table_uri": Param(TABLE_URI, type="string", description="the Delta table location")},
+    params={"table_uri": Param(**({"default": TABLE_URI} if TABLE_URI else {}), type="string", minLength=1,
+                               description="the Delta table location")},
     tags=["deltaberg", "example"],
 ) as dag:
     DeltaValidateOperator(

@@ -13,20 +13,22 @@ then check the result. Triggered by hand (no schedule).
 
 The ``mode`` param picks how: ``auto`` (metadata only when possible, else the rewrite), ``metadata_only`` (fails
 when the data must be rewritten) or ``rewrite`` (always). The rewrite reads the table with Delta on Spark: Spark
-needs the delta-spark and delta-storage jars (DELTABERG_SPARK_JARS, or DELTABERG_SPARK_PACKAGES resolved by
+needs the delta-spark and delta-storage jars (SPARK_JARS, or SPARK_PACKAGES resolved by
 spark-submit from Maven Central), and the Spark driver and executors need airflow-deltaberg installed.
 
-Configuration: environment variables read when the file is parsed. The first two are the defaults of the DAG
-params, which a run can override (Trigger DAG w/ config, or ``dag.test(run_conf=...)``). Copy this file and
-change the defaults below to make it yours.
+Configuration: environment variables named after the DAG id, DELTABERG_ENABLE_WRITER_COMPAT_<SETTING>, read when
+the file is parsed: set them for the dag-processor and the workers alike (a worker parses the file again to run a
+task). A copy of this file under another DAG_ID reads its own. TABLE_URI and ENABLE_MODE are the defaults of the
+DAG params, which a run can override (Trigger DAG w/ config, or ``dag.test(run_conf=...)``); without TABLE_URI a
+run must name its table.
 
-    DELTABERG_TABLE_URI = /data/delta/sales         the Delta table (local path or fsspec URI)
-    DELTABERG_ENABLE_MODE = auto                    auto, metadata_only or rewrite
-    DELTABERG_STORAGE_CONN_ID = (none)              connection with the table's storage credentials
-    DELTABERG_SPARK_CONN_ID = spark_default         the Spark connection of spark-submit
-    DELTABERG_SPARK_CONF = {}                       Spark configuration (JSON)
-    DELTABERG_SPARK_JARS = (none)                   comma-separated jar paths: delta-spark and delta-storage
-    DELTABERG_SPARK_PACKAGES = io.delta:delta-spark_4.1_2.13:4.4.0
+    TABLE_URI = (none)                              the Delta table (local path or fsspec URI)
+    ENABLE_MODE = auto                              auto, metadata_only or rewrite
+    STORAGE_CONN_ID = (none)                        connection with the table's storage credentials
+    SPARK_CONN_ID = spark_default                   the Spark connection of spark-submit
+    SPARK_CONF = {}                                 Spark configuration (JSON)
+    SPARK_JARS = (none)                             comma-separated jar paths: delta-spark and delta-storage
+    SPARK_PACKAGES = io.delta:delta-spark_4.1_2.13:4.4.0
                                                     Maven coordinates spark-submit resolves, when no jars are given
 """
 
@@ -40,25 +42,35 @@ from airflow.sdk import DAG, Param
 
 from airflow_deltaberg.operators import DeltaEnableIcebergWriterCompatOperator, DeltaValidateOperator
 
-TABLE_URI = os.environ.get("DELTABERG_TABLE_URI", "/data/delta/sales")
-ENABLE_MODE = os.environ.get("DELTABERG_ENABLE_MODE", "auto")
-STORAGE_CONN_ID = os.environ.get("DELTABERG_STORAGE_CONN_ID") or None
-SPARK_CONN_ID = os.environ.get("DELTABERG_SPARK_CONN_ID", "spark_default")
-SPARK_CONF = json.loads(os.environ.get("DELTABERG_SPARK_CONF") or "{}")
-SPARK_JARS = os.environ.get("DELTABERG_SPARK_JARS") or None
+DAG_ID = "deltaberg_enable_writer_compat"
+#: This DAG's settings: the environment variables PREFIX + <SETTING>.
+PREFIX = DAG_ID.upper() + "_"
+
+
+def setting(name: str, default: str = "") -> str:
+    """The environment variable ``PREFIX + name``; ``default`` when it is unset or blank."""
+    return os.environ.get(PREFIX + name, "").strip() or default
+
+
+TABLE_URI = setting("TABLE_URI")
+ENABLE_MODE = setting("ENABLE_MODE", "auto")
+STORAGE_CONN_ID = setting("STORAGE_CONN_ID") or None
+SPARK_CONN_ID = setting("SPARK_CONN_ID", "spark_default")
+SPARK_CONF = json.loads(setting("SPARK_CONF", "{}"))
+SPARK_JARS = setting("SPARK_JARS") or None
 # Delta 4.4 for Spark 4.1 (Scala 2.13): match the Spark of the cluster. Ignored when jars are given.
-SPARK_PACKAGES = None if SPARK_JARS else os.environ.get("DELTABERG_SPARK_PACKAGES",
-                                                       "io.delta:delta-spark_4.1_2.13:4.4.0")
+SPARK_PACKAGES = None if SPARK_JARS else setting("SPARK_PACKAGES", "io.delta:delta-spark_4.1_2.13:4.4.0")
 
 with DAG(
-    dag_id="deltaberg_enable_writer_compat",
+    dag_id=DAG_ID,
     description="Enable IcebergWriterCompatV1 on a Delta table (data rewrite through SparkSubmit), then validate",
     schedule=None,
     max_active_runs=1,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     params={
-        "table_uri": Param(TABLE_URI, type="string", description="the Delta table location"),
+        "table_uri": Param(**({"default": TABLE_URI} if TABLE_URI else {}), type="string", minLength=1,
+                           description="the Delta table location"),
         "mode": Param(ENABLE_MODE, type="string", enum=["auto", "metadata_only", "rewrite"],
                       description="auto: metadata only when possible, else rewrite the data files"),
     },

@@ -13,31 +13,34 @@ check that an Iceberg reader sees as many rows as a Delta reader.
 
 Runs back to back (``@continuous``, one run at a time): each run waits for the next commits, so the Iceberg
 metadata follows the Delta table within about a poke interval plus the Spark job. A wait longer than
-DELTABERG_WAIT_HOURS fails the run (a table that stopped receiving commits is worth a look); the next run starts
+WAIT_HOURS (below) fails the run (a table that stopped receiving commits is worth a look); the next run starts
 waiting again.
 
 The check scans the whole table (one column with pyiceberg, a count(*) with deltalake's DataFusion): fine for small
 and medium tables; for big ones compare the snapshot summaries' ``total-records`` instead. It needs ``deltalake``
 on the worker (``pip install deltalake``) and, for object stores, deltalake's own storage options.
 
-Configuration: environment variables read when the file is parsed. The first three are the defaults of the DAG
-params, which a manual run can override (Trigger DAG w/ config, or ``dag.test(run_conf=...)``). Copy this file
-and change the defaults below to make it yours.
+Configuration: environment variables named after the DAG id, DELTABERG_EVENT_DRIVEN_REGENERATION_<SETTING>, read
+when the file is parsed: set them for the dag-processor and the workers alike (a worker parses the file again to
+run a task). A copy of this file under another DAG_ID reads its own. TABLE_URI, IDENTIFIER and CATALOG are the
+defaults of the DAG params, which a manual run can override (Trigger DAG w/ config, or
+``dag.test(run_conf=...)``). Until TABLE_URI and IDENTIFIER are set the DAG has no schedule and no default table:
+it acts on no table nobody chose, and only a manual run that names one runs it. It is paused when first seen.
 
-    DELTABERG_TABLE_URI = /data/delta/sales         the Delta table (local path or fsspec URI)
-    DELTABERG_IDENTIFIER = lake.sales               its Iceberg identifier, namespace.table
-    DELTABERG_CATALOG = {"type": "sql", "uri": "sqlite:///$AIRFLOW_HOME/deltaberg_catalog.db"}
+    TABLE_URI = (none)                              the Delta table (local path or fsspec URI)
+    IDENTIFIER = (none)                             its Iceberg identifier, namespace.table
+    CATALOG = {"type": "sql", "uri": "sqlite:///$AIRFLOW_HOME/deltaberg_catalog.db"}
                                                     pyiceberg catalog properties (JSON) applied over those of the
                                                     connection below; {} by default when that connection is set
-    DELTABERG_CATALOG_CONN_ID = (none)              connection whose extra holds pyiceberg catalog properties:
+    CATALOG_CONN_ID = (none)                        connection whose extra holds pyiceberg catalog properties:
                                                     secrets belong there (rendered params are shown in the UI)
-    DELTABERG_STORAGE_CONN_ID = (none)              connection with the table's storage credentials
-    DELTABERG_CATALOG_NAME = deltaberg              the pyiceberg catalog name
-    DELTABERG_SPARK_CONN_ID = spark_default         the Spark connection of spark-submit
-    DELTABERG_SPARK_CONF = {}                       Spark configuration (JSON), e.g. {"spark.executor.memory": "4g"}
-    DELTABERG_MIN_COMMITS = 1                       how many new Delta versions start a regeneration
-    DELTABERG_POKE_SECONDS = 60                     seconds between two looks at the Delta log
-    DELTABERG_WAIT_HOURS = 24                       how long a run waits for commits before it fails
+    STORAGE_CONN_ID = (none)                        connection with the table's storage credentials
+    CATALOG_NAME = deltaberg                        the pyiceberg catalog name
+    SPARK_CONN_ID = spark_default                   the Spark connection of spark-submit
+    SPARK_CONF = {}                                 Spark configuration (JSON), e.g. {"spark.executor.memory": "4g"}
+    MIN_COMMITS = 1                                 how many new Delta versions start a regeneration
+    POKE_SECONDS = 60                               seconds between two looks at the Delta log
+    WAIT_HOURS = 24                                 how long a run waits for commits before it fails
 """
 
 from __future__ import annotations
@@ -55,19 +58,37 @@ from airflow_deltaberg.hooks.catalog import IcebergCatalogHook
 from airflow_deltaberg.operators.regenerate import DeltaIcebergRegenerateOperator
 from airflow_deltaberg.sensors import DeltaCommitSensor
 
+DAG_ID = "deltaberg_event_driven_regeneration"
+#: This DAG's settings: the environment variables PREFIX + <SETTING>.
+PREFIX = DAG_ID.upper() + "_"
+
+
+def setting(name: str, default: str = "") -> str:
+    """The environment variable ``PREFIX + name``; ``default`` when it is unset or blank."""
+    return os.environ.get(PREFIX + name, "").strip() or default
+
+
 AIRFLOW_HOME = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
-TABLE_URI = os.environ.get("DELTABERG_TABLE_URI", "/data/delta/sales")
-IDENTIFIER = os.environ.get("DELTABERG_IDENTIFIER", "lake.sales")
-CATALOG_CONN_ID = os.environ.get("DELTABERG_CATALOG_CONN_ID") or None
-CATALOG = json.loads(os.environ.get("DELTABERG_CATALOG") or "null") or (
+TABLE_URI = setting("TABLE_URI")
+IDENTIFIER = setting("IDENTIFIER")
+CONFIGURED = bool(TABLE_URI and IDENTIFIER)
+CATALOG_CONN_ID = setting("CATALOG_CONN_ID") or None
+CATALOG = json.loads(setting("CATALOG", "null")) or (
     {} if CATALOG_CONN_ID else {"type": "sql", "uri": f"sqlite:///{AIRFLOW_HOME}/deltaberg_catalog.db"})
-STORAGE_CONN_ID = os.environ.get("DELTABERG_STORAGE_CONN_ID") or None
-CATALOG_NAME = os.environ.get("DELTABERG_CATALOG_NAME", "deltaberg")
-SPARK_CONN_ID = os.environ.get("DELTABERG_SPARK_CONN_ID", "spark_default")
-SPARK_CONF = json.loads(os.environ.get("DELTABERG_SPARK_CONF") or "{}")
-MIN_COMMITS = int(os.environ.get("DELTABERG_MIN_COMMITS", "1"))
-POKE_SECONDS = float(os.environ.get("DELTABERG_POKE_SECONDS", "60"))
-WAIT_HOURS = float(os.environ.get("DELTABERG_WAIT_HOURS", "24"))
+STORAGE_CONN_ID = setting("STORAGE_CONN_ID") or None
+CATALOG_NAME = setting("CATALOG_NAME", "deltaberg")
+SPARK_CONN_ID = setting("SPARK_CONN_ID", "spark_default")
+SPARK_CONF = json.loads(setting("SPARK_CONF", "{}"))
+MIN_COMMITS = int(setting("MIN_COMMITS", "1"))
+POKE_SECONDS = float(setting("POKE_SECONDS", "60"))
+WAIT_HOURS = float(setting("WAIT_HOURS", "24"))
+
+
+def required(value: str, description: str) -> Param:
+    """A string param whose default is ``value``; without one (not configured) a run must name it."""
+    default = {"default": value} if value else {}
+    return Param(**default, type="string", minLength=1, description=description)
+
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +111,17 @@ def count_delta_rows(table_uri: str, version: int) -> int:
 
 
 with DAG(
-    dag_id="deltaberg_event_driven_regeneration",
-    description="Regenerate the Iceberg metadata of a Delta table with Spark after each new commit",
-    schedule="@continuous",
+    dag_id=DAG_ID,
+    description="Regenerate the Iceberg metadata of a Delta table with Spark after each new commit" + (
+        "" if CONFIGURED else f" (not scheduled: set {PREFIX}TABLE_URI and {PREFIX}IDENTIFIER)"),
+    schedule="@continuous" if CONFIGURED else None,
+    is_paused_upon_creation=True,  # whatever the deployment's default: a deployer unpauses it on purpose
     max_active_runs=1,  # @continuous needs it; two regenerations of one table must not race anyway
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     params={
-        "table_uri": Param(TABLE_URI, type="string", description="the Delta table location"),
-        "identifier": Param(IDENTIFIER, type="string", description="the Iceberg identifier, namespace.table"),
+        "table_uri": required(TABLE_URI, "the Delta table location"),
+        "identifier": required(IDENTIFIER, "the Iceberg identifier, namespace.table"),
         "catalog": Param(CATALOG, type="object", description="pyiceberg catalog properties (no secrets here)"),
     },
     render_template_as_native_obj=True,  # "{{ params.catalog }}" renders to the dict, not its text
@@ -129,7 +152,9 @@ with DAG(
         conf=SPARK_CONF,
     )
 
-    @task(retries=0)  # a mismatch does not go away by reading again
+    # retries=0: a mismatch does not go away by reading again; multiple_outputs=False: the dict is one XCom (the
+    # return annotation would otherwise push each key as an XCom of its own)
+    @task(retries=0, multiple_outputs=False)
     def check_row_counts(commits: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Iceberg rows (pyiceberg) == Delta rows (deltalake) at the Delta version of the Iceberg snapshot."""
         from pyiceberg.catalog import load_catalog

@@ -32,20 +32,22 @@ IDENTIFIER = "demo.sales"
 DAG_FILE = ROOT / "dags_examples" / "deltaberg_event_driven.py"
 DAG_ID = "deltaberg_event_driven_regeneration"
 
+#: The example DAG's settings are environment variables named after its DAG id.
+SETTING = DAG_ID.upper() + "_"
 # Read by Airflow when it is first imported, and by the example DAG when it is parsed: set before either.
 os.environ.update({
     "AIRFLOW_HOME": str(DEMO / "airflow"),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_FILE.parent),
     "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
-    "DELTABERG_TABLE_URI": str(TABLE),
-    "DELTABERG_IDENTIFIER": IDENTIFIER,
-    "DELTABERG_CATALOG": json.dumps(CATALOG),
+    SETTING + "TABLE_URI": str(TABLE),
+    SETTING + "IDENTIFIER": IDENTIFIER,
+    SETTING + "CATALOG": json.dumps(CATALOG),
     # A small local job: no UI, few shuffle partitions, a JVM tuned for start-up rather than long runs.
-    "DELTABERG_SPARK_CONF": json.dumps({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                                        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}),
-    "DELTABERG_POKE_SECONDS": "1",
-    "DELTABERG_WAIT_HOURS": "0.1",
+    SETTING + "SPARK_CONF": json.dumps({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                                      "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}),
+    SETTING + "POKE_SECONDS": "1",
+    SETTING + "WAIT_HOURS": "0.1",
 })
 
 #: The console: fd 1 as it was at start, kept while fds 1 and 2 point at a step's log file.

@@ -49,12 +49,18 @@ def dag_bag(folder: Path | str = DAGS_DIR) -> Any:
     return DagBag(dag_folder=str(folder))
 
 
+def settings_env(dag_id: str, **settings: str) -> dict[str, str]:
+    """The environment variables of an example DAG's settings: ``TABLE_URI`` -> ``<DAG_ID>_TABLE_URI``."""
+    return {f"{dag_id.upper()}_{name}": value for name, value in settings.items()}
+
+
 @pytest.fixture
 def load_example(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    """``load_example(dag_id, **env)``: the example DAG as a DagBag parses it with ``env`` set."""
+    """``load_example(dag_id, **settings)``: the example DAG as a DagBag parses it with its settings
+    (``TABLE_URI="/t"`` sets ``<DAG_ID>_TABLE_URI``) in the environment."""
 
-    def _load(dag_id: str, **env: str) -> Any:
-        for name, value in env.items():
+    def _load(dag_id: str, **settings: str) -> Any:
+        for name, value in settings_env(dag_id, **settings).items():
             monkeypatch.setenv(name, value)
         bag = dag_bag(DAGS_DIR / EXAMPLES[dag_id])
         assert bag.import_errors == {}
@@ -108,13 +114,71 @@ def test_every_example_loads_without_import_errors() -> None:
 
 def test_param_defaults_come_from_the_environment(load_example: Callable[..., Any]) -> None:
     catalog = {"type": "sql", "uri": "sqlite:////srv/lake/catalog.db"}
-    dag = load_example("deltaberg_event_driven_regeneration", DELTABERG_TABLE_URI="/srv/lake/orders",
-                       DELTABERG_IDENTIFIER="shop.orders", DELTABERG_CATALOG=json.dumps(catalog),
-                       DELTABERG_MIN_COMMITS="3")
+    dag = load_example("deltaberg_event_driven_regeneration", TABLE_URI="/srv/lake/orders",
+                       IDENTIFIER="shop.orders", CATALOG=json.dumps(catalog),
+                       MIN_COMMITS="3")
 
     assert (dag.params["table_uri"], dag.params["identifier"], dag.params["catalog"]) == (
         "/srv/lake/orders", "shop.orders", catalog)
     assert dag.get_task("wait_for_commits").min_commits == 3
+
+
+#: The examples that run on their own once configured, and the settings that configure each.
+SCHEDULED = {
+    "deltaberg_scheduled_conversion": ("TABLE_URI", "IDENTIFIER"),
+    "deltaberg_event_driven_regeneration": ("TABLE_URI", "IDENTIFIER"),
+    "deltaberg_compliance_monitoring": ("TABLE_URI",),
+}
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXAMPLES))
+def test_an_unconfigured_example_runs_on_no_table(load_example: Callable[..., Any], dag_id: str) -> None:
+    """Without its settings an example has no default table and no schedule (nothing runs on its own, whatever
+    the deployment's dags_are_paused_at_creation); a manual run must name its table."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = load_example(dag_id)
+
+    assert dag.schedule is None
+    assert dag.params.get_param("table_uri").resolve(suppress_exception=True) is None
+    with pytest.raises(ParamValidationError, match="table_uri"):
+        dag.params.validate()
+    if dag_id in SCHEDULED:
+        assert dag.is_paused_upon_creation is True
+        assert f"not scheduled: set {dag_id.upper()}_TABLE_URI" in dag.description
+
+
+@pytest.mark.parametrize("dag_id", sorted(SCHEDULED))
+def test_each_example_reads_the_settings_named_after_its_dag_id(load_example: Callable[..., Any],
+                                                                dag_id: str) -> None:
+    others = {other: f"/srv/lake/{other}" for other in EXAMPLES if other != dag_id}
+    for other, table in others.items():  # every other example is configured: none of it leaks into this one
+        load_example(other, TABLE_URI=table, IDENTIFIER=f"lake.{other}")
+    assert load_example(dag_id).schedule is None
+
+    dag = load_example(dag_id, **{name: f"lake.{dag_id}" if name == "IDENTIFIER" else f"/srv/lake/{dag_id}"
+                                  for name in SCHEDULED[dag_id]})
+
+    assert dag.params["table_uri"] == f"/srv/lake/{dag_id}"
+    assert dag.schedule is not None and "not scheduled" not in dag.description
+    assert dag.is_paused_upon_creation is True
+
+
+def test_an_unconfigured_scheduled_conversion_converts_the_table_a_manual_run_names(
+        run_dag, load_example, tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    table = tmp_path / "sales"
+    write_deltalake(str(table), sales(0, 4))
+    catalog = catalog_for(tmp_path)
+    dag = load_example("deltaberg_scheduled_conversion", CATALOG=json.dumps(catalog))
+
+    with pytest.raises(ParamValidationError, match="table_uri"):
+        run_dag(dag)
+    named = run_dag(dag, run_conf={"table_uri": str(table), "identifier": "shop.sales"})
+
+    assert named.state == "success"
+    assert iceberg_rows(catalog, "shop.sales") == delta_rows(table)
 
 
 # -- scheduled conversion ------------------------------------------------------------------------------------
@@ -125,8 +189,8 @@ def test_scheduled_conversion_converts_then_catches_up(run_dag, load_example, tm
     write_deltalake(str(table), sales(0, 4), partition_by=["region"])
     write_deltalake(str(table), sales(4, 2), mode="append")
     catalog = catalog_for(tmp_path)
-    dag = load_example("deltaberg_scheduled_conversion", DELTABERG_TABLE_URI=str(table),
-                       DELTABERG_IDENTIFIER="shop.sales", DELTABERG_CATALOG=json.dumps(catalog))
+    dag = load_example("deltaberg_scheduled_conversion", TABLE_URI=str(table),
+                       IDENTIFIER="shop.sales", CATALOG=json.dumps(catalog))
 
     first = run_dag(dag)
 
@@ -151,9 +215,9 @@ def test_scheduled_conversion_converts_then_catches_up(run_dag, load_example, tm
 def test_scheduled_conversion_can_require_compliance(run_dag, load_example, tmp_path: Path) -> None:
     table = tmp_path / "sales"
     write_deltalake(str(table), sales(0, 3))
-    dag = load_example("deltaberg_scheduled_conversion", DELTABERG_TABLE_URI=str(table),
-                       DELTABERG_IDENTIFIER="shop.sales", DELTABERG_CATALOG=json.dumps(catalog_for(tmp_path)),
-                       DELTABERG_REQUIRE_COMPLIANCE="true", DELTABERG_VALIDATION_LEVEL="compat-v2")
+    dag = load_example("deltaberg_scheduled_conversion", TABLE_URI=str(table),
+                       IDENTIFIER="shop.sales", CATALOG=json.dumps(catalog_for(tmp_path)),
+                       REQUIRE_COMPLIANCE="true", VALIDATION_LEVEL="compat-v2")
 
     result = run_dag(dag)
 
@@ -218,9 +282,9 @@ def test_event_driven_regeneration_follows_a_new_commit(run_dag, load_example, a
     catalog = catalog_for(tmp_path)
     convert(str(table), catalog_config=catalog, identifier="shop.sales")  # Iceberg is up to date at version 0
     dag_id = "deltaberg_event_driven_regeneration"
-    dag = load_example(dag_id, DELTABERG_TABLE_URI=str(table), DELTABERG_IDENTIFIER="shop.sales",
-                       DELTABERG_CATALOG=json.dumps(catalog), DELTABERG_SPARK_CONF=json.dumps(FAST_SPARK_CONF),
-                       DELTABERG_POKE_SECONDS="0.5", DELTABERG_WAIT_HOURS="0.05")
+    dag = load_example(dag_id, TABLE_URI=str(table), IDENTIFIER="shop.sales",
+                       CATALOG=json.dumps(catalog), SPARK_CONF=json.dumps(FAST_SPARK_CONF),
+                       POKE_SECONDS="0.5", WAIT_HOURS="0.05")
     seen = append_when_deferred(table, dag_id)
 
     result = run_dag(dag)
@@ -251,9 +315,9 @@ def test_event_driven_check_fails_on_a_row_count_mismatch(run_dag, load_example,
     convert(str(table), catalog_config=catalog, identifier="shop.sales")  # at version 0
     convert(str(other), catalog_config=catalog, identifier="shop.other")  # at version 1: 3 rows
     write_deltalake(str(table), sales(4, 2), mode="append")  # version 1: 6 rows
-    dag = load_example("deltaberg_event_driven_regeneration", DELTABERG_TABLE_URI=str(table),
-                       DELTABERG_IDENTIFIER="shop.sales", DELTABERG_CATALOG=json.dumps(catalog),
-                       DELTABERG_POKE_SECONDS="0.5", DELTABERG_WAIT_HOURS="0.05")
+    dag = load_example("deltaberg_event_driven_regeneration", TABLE_URI=str(table),
+                       IDENTIFIER="shop.sales", CATALOG=json.dumps(catalog),
+                       POKE_SECONDS="0.5", WAIT_HOURS="0.05")
     caught: list[BaseException | None] = []
     dag.get_task("check_row_counts").on_failure_callback = [lambda context: caught.append(context.get("exception"))]
 
@@ -269,6 +333,40 @@ def test_event_driven_check_fails_on_a_row_count_mismatch(run_dag, load_example,
     assert wrong.ti("check_row_counts").state == "failed"
     assert str(caught[-1]).startswith("row count mismatch: Iceberg table shop.other")
     assert "has 3 rows" in str(caught[-1]) and f"{table} has 6 at version 1" in str(caught[-1])
+
+
+def xcom_keys(dag_id: str, run_id: str, task_id: str) -> list[str]:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return sorted(session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=task_id,
+                                                         key=None).with_only_columns(XComModel.key)).all())
+
+
+def test_event_driven_check_pushes_its_counts_as_one_xcom(run_dag, load_example, monkeypatch,
+                                                          tmp_path: Path) -> None:
+    """The regeneration replaced by an in-process conversion (no Spark): the check passes and its dict is one
+    XCom, not one per key."""
+    from airflow_deltaberg.operators.regenerate import DeltaIcebergRegenerateOperator
+
+    table = tmp_path / "sales"
+    write_deltalake(str(table), sales(0, 4))
+    catalog = catalog_for(tmp_path)
+    convert(str(table), catalog_config=catalog, identifier="shop.sales")
+    write_deltalake(str(table), sales(4, 3), mode="append")
+    monkeypatch.setattr(DeltaIcebergRegenerateOperator, "execute", lambda self, context: convert(
+        str(table), catalog_config=catalog, identifier="shop.sales").to_dict())
+    dag_id = "deltaberg_event_driven_regeneration"
+    dag = load_example(dag_id, TABLE_URI=str(table), IDENTIFIER="shop.sales", CATALOG=json.dumps(catalog),
+                       POKE_SECONDS="0.5", WAIT_HOURS="0.05")
+
+    result = run_dag(dag)
+
+    assert result.state == "success", {t: result.ti(t).state for t in dag.task_ids}
+    assert xcom_keys(dag_id, result.dag_run.run_id, "check_row_counts") == ["return_value"]
+    checked = result.xcom("check_row_counts")
+    assert (checked["delta_version"], checked["iceberg_rows"], checked["delta_rows"]) == (1, 7, 7)
 
 
 # -- compliance monitoring ------------------------------------------------------------------------------------
@@ -293,10 +391,10 @@ def test_compliance_monitoring_alerts_when_the_table_drifts(run_dag, load_exampl
     path = tmp_path / "orders"
     monkeypatch.setenv("AIRFLOW_CONN_COMPLIANCE_HOOK", json.dumps(
         {"conn_type": "http", "host": webhook_server.host, "port": webhook_server.port, "schema": "http"}))
-    dag = load_example("deltaberg_compliance_monitoring", DELTABERG_TABLE_URI=str(path),
-                       DELTABERG_ALERT_EMAIL="owner@deltaberg.test, oncall@deltaberg.test",
-                       DELTABERG_SMTP_CONN_ID="smtp_test", DELTABERG_WEBHOOK_CONN_ID="compliance_hook",
-                       DELTABERG_WEBHOOK_ENDPOINT="alerts/compliance")
+    dag = load_example("deltaberg_compliance_monitoring", TABLE_URI=str(path),
+                       ALERT_EMAIL="owner@deltaberg.test, oncall@deltaberg.test",
+                       SMTP_CONN_ID="smtp_test", WEBHOOK_CONN_ID="compliance_hook",
+                       WEBHOOK_ENDPOINT="alerts/compliance")
 
     compliant = run_dag(dag)
 
@@ -339,8 +437,8 @@ def test_enablement_plans_rewrites_and_validates(run_dag, load_example, monkeypa
     write_deltalake(str(table), sales(0, 5), partition_by=["region"])
     write_deltalake(str(table), sales(5, 2), mode="append")
     before = delta_rows(table)
-    dag = load_example("deltaberg_enable_writer_compat", DELTABERG_TABLE_URI=str(table),
-                       DELTABERG_SPARK_JARS=delta_spark_jars(), DELTABERG_SPARK_CONF=json.dumps(FAST_SPARK_CONF))
+    dag = load_example("deltaberg_enable_writer_compat", TABLE_URI=str(table),
+                       SPARK_JARS=delta_spark_jars(), SPARK_CONF=json.dumps(FAST_SPARK_CONF))
 
     result = run_dag(dag)
 

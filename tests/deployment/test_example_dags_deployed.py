@@ -1,0 +1,152 @@
+"""The example DAGs under a real deployment (support.deployment): api-server, scheduler, dag-processor and triggerer
+as separate processes, the LocalExecutor, a SQLite metadata DB, dags_examples/ as the DAG folder.
+
+The event-driven DAG, configured through its own settings on a copy of a fixture table whose Iceberg metadata is up
+to date, is unpaused: its sensor defers to the triggerer, a deltalake append fires the trigger, the Spark
+regeneration and the row check succeed, and pyiceberg reads Delta's rows. The storage and catalog connections live
+in the metadata DB with a fake secret each: the trigger resolves the storage connection in the triggerer, the
+tasks both through the api-server; neither secret may reach a log file or the DB."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from pyiceberg.catalog import load_catalog
+from support.deployment import Deployment, deployment
+from support.spark_session import java
+
+from airflow_deltaberg.core.iceberg.convert import convert
+
+pytestmark = pytest.mark.spark  # the regeneration is a spark-submit job
+
+DAG_ID = "deltaberg_event_driven_regeneration"
+STORAGE_SECRET = "fake-storage-secret-d3pl0y-5t0r4g3"
+CATALOG_SECRET = "fake-catalog-token-d3pl0y-c4t4l0g"
+FAST_SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                   "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+def delta_rows(path: Path) -> list[str]:
+    data = pa.table(QueryBuilder().register("t", DeltaTable(str(path))).execute("SELECT * FROM t"))
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in data.to_pylist())
+
+
+def iceberg_rows(catalog: dict[str, str], identifier: str) -> list[str]:
+    data = load_catalog("deltaberg", **catalog).load_table(identifier).scan().to_arrow()
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in data.to_pylist())
+
+
+def append_some_rows(path: Path) -> None:
+    """Append three of the table's own rows again (its schema and partitioning, whatever they are)."""
+    table = DeltaTable(str(path))
+    rows = pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t ORDER BY number LIMIT 3"))
+    write_deltalake(str(path), rows, mode="append")
+
+
+def deferred_trigger(deploy: Deployment) -> tuple[str, str, Any] | None:
+    """(run_id, trigger classpath, triggerer id) of the sensor once it is deferred and a triggerer took its trigger."""
+    rows = deploy.query(
+        "SELECT ti.run_id, t.classpath, t.triggerer_id FROM task_instance ti JOIN trigger t ON t.id = ti.trigger_id "
+        "WHERE ti.dag_id = ? AND ti.task_id = 'wait_for_commits' AND ti.state = 'deferred' "
+        "AND t.triggerer_id IS NOT NULL", DAG_ID)
+    return rows[0] if rows else None
+
+
+def finished_run(deploy: Deployment, run_id: str) -> str | None:
+    rows = deploy.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ? AND state IN ('success', 'failed')",
+                        DAG_ID, run_id)
+    return rows[0][0] if rows else None
+
+
+def secrets_found(deploy: Deployment, secrets: tuple[str, ...]) -> list[str]:
+    """Where any of ``secrets`` shows: log files, the processes' output, the metadata DB's files (every table:
+    the log table, XComs, rendered fields, trigger kwargs; connections are Fernet-encrypted)."""
+    places = [*deploy.log_files(), *(deploy.output(name) for name in deploy.processes),
+              *deploy.home.glob("airflow.db*")]
+    found = []
+    for place in places:
+        data = place.read_bytes()
+        found += [f"{place}: {secret}" for secret in secrets if secret.encode() in data]
+    return found
+
+
+def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(copy_fixture,
+                                                                                 tmp_path: Path) -> None:
+    started = time.monotonic()
+    phases: dict[str, float] = {}
+
+    def phase(name: str) -> None:
+        phases[name] = time.monotonic() - started - sum(phases.values())
+
+    java()
+    table = copy_fixture("basic_partitioned")
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
+    convert(str(table), catalog_config=catalog, identifier="lake.basic")  # Iceberg up to date at Delta version 1
+    phase("copy and convert the fixture")
+    setting = DAG_ID.upper() + "_"
+    settings = {
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+        setting + "TABLE_URI": str(table),
+        setting + "IDENTIFIER": "lake.basic",
+        setting + "STORAGE_CONN_ID": "lake_storage",
+        setting + "CATALOG_CONN_ID": "lake_catalog",
+        setting + "SPARK_CONF": json.dumps(FAST_SPARK_CONF),
+        setting + "POKE_SECONDS": "1",
+        setting + "WAIT_HOURS": "0.05",
+    }
+    connections = {
+        "lake_storage": {"conn_type": "deltaberg", "extra": json.dumps({"secret": STORAGE_SECRET})},
+        "lake_catalog": {"conn_type": "generic", "extra": json.dumps({**catalog, "token": CATALOG_SECRET})},
+    }
+
+    with deployment(tmp_path / "airflow", settings, connections=connections) as deploy:
+        phases.update(deploy.timings)
+        stored = deploy.wait_for("the dag-processor to store the event-driven DAG", lambda: deploy.query(
+            "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", DAG_ID), timeout=180)
+        assert stored == [(1,)]  # paused when first seen
+        deploy.airflow("dags", "unpause", DAG_ID)
+        phase("DAG parsed and unpaused")
+        run_id, classpath, _triggerer = deploy.wait_for("the sensor to defer to the triggerer",
+                                                        lambda: deferred_trigger(deploy), timeout=180)
+        assert classpath == "airflow_deltaberg.triggers.delta_commit.DeltaCommitTrigger"
+        phase("run created, sensor deferred, trigger running")
+        time.sleep(2)  # a poll or two of the trigger find nothing new first
+        append_some_rows(table)  # Delta version 2
+        state = deploy.wait_for("the run to finish", lambda: finished_run(deploy, run_id), timeout=300)
+        phase("append fired the trigger, run finished")
+
+        dags = deploy.query("SELECT dag_id, is_paused, timetable_summary FROM dag WHERE is_stale = 0")
+        assert deploy.query("SELECT count(*) FROM import_error") == [(0,)]
+        # The secrets are in the DB, encrypted with the deployment's Fernet key (the scan below finds them nowhere).
+        assert deploy.query("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'lake_%' "
+                            "ORDER BY conn_id") == [("lake_catalog", 1), ("lake_storage", 1)]
+        # The deployment creates DAGs unpaused (dags_are_paused_at_creation=False); the examples that run on their
+        # own are paused all the same, and the unconfigured ones have no schedule: none runs on a table nobody chose.
+        assert set(dags) == {
+            (DAG_ID, 0, "@continuous"), ("deltaberg_scheduled_conversion", 1, "None"),
+            ("deltaberg_compliance_monitoring", 1, "None"), ("deltaberg_enable_writer_compat", 0, "None")}
+        states = deploy.task_states(DAG_ID, run_id)
+        assert (state, states) == ("success", dict.fromkeys(("wait_for_commits", "regenerate", "check_row_counts"),
+                                                            "success")), deploy.diagnostics()
+        commits = deploy.xcom(DAG_ID, run_id, "wait_for_commits")["return_value"]
+        assert (commits["start_version"], commits["from_version"], commits["to_version"]) == (1, 2, 2)
+        regenerated = deploy.xcom(DAG_ID, run_id, "regenerate")["return_value"]
+        assert (regenerated["mode"], regenerated["delta_version"]) == ("incremental", 2)
+        checked = deploy.xcom(DAG_ID, run_id, "check_row_counts")
+        assert list(checked) == ["return_value"]  # one XCom for the dict, not one per key
+        assert checked["return_value"]["iceberg_rows"] == checked["return_value"]["delta_rows"] == 9
+        # A task log per task, written by the workers; the secrets are checked against them below.
+        task_logs = {p.parent.name for p in deploy.log_files() if f"dag_id={DAG_ID}" in str(p)}
+        assert {"task_id=wait_for_commits", "task_id=regenerate", "task_id=check_row_counts"} <= task_logs
+    phase("processes stopped")
+    assert iceberg_rows(catalog, "lake.basic") == delta_rows(table)
+    assert secrets_found(deploy, (STORAGE_SECRET, CATALOG_SECRET)) == []
+    phase("rows and secrets checked")
+    print("deployment test:", ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items()),
+          f"= {time.monotonic() - started:.0f} s")

@@ -1,0 +1,196 @@
+"""A real Airflow deployment for the tests: ``airflow api-server``, ``scheduler``, ``dag-processor`` and
+``triggerer`` as separate processes, the LocalExecutor, and a SQLite metadata DB in a throwaway AIRFLOW_HOME whose
+DAG folder is dags_examples/.
+
+Airflow 3.3 runs the LocalExecutor on SQLite (``airflow standalone`` does the same); the scheduler serialises the
+writes. Task processes talk to the metadata DB only through the api-server's execution API (hence the api-server);
+the dag-processor and the triggerer use an in-process one. The processes share one environment (``env``): the same
+configuration, JWT secret and Fernet key, as the processes of one deployment must.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from support.environment import AIRFLOW, REPO_ROOT
+from support.servers import free_port, stop_process
+
+T = TypeVar("T")
+
+#: The processes of the deployment, in start order, with their arguments.
+PROCESSES: dict[str, tuple[str, ...]] = {
+    "api-server": ("api-server", "--host", "127.0.0.1", "--workers", "1"),
+    "scheduler": ("scheduler",),
+    "dag-processor": ("dag-processor",),
+    "triggerer": ("triggerer",),
+}
+
+
+def deployment_env(home: Path, api_port: int, dags_folder: Path, extra: dict[str, str]) -> dict[str, str]:
+    """The environment of every process: this one's minus any Airflow setting of the test session, plus the
+    deployment's configuration and ``extra`` (connections, the example DAGs' settings)."""
+    from cryptography.fernet import Fernet
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # Not Airflow's default: a DAG that must not run before a deployer unpauses it has to say so itself.
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__API__PORT": str(api_port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(32).hex(),
+        "AIRFLOW__API__SECRET_KEY": os.urandom(32).hex(),
+        # The scheduler's and the triggerer's log servers: free ports, not the fixed defaults 8793 and 8794.
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        # Quick turns for a test: the scheduler loop, the dag-processor's folder scans, the triggerer's health.
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+    })
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Deployment:
+    """The processes of one Airflow deployment, their environment, and read access to its metadata DB."""
+
+    home: Path
+    env: dict[str, str]
+    api_port: int
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: Seconds each step of the start took, by name.
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def db(self) -> Path:
+        return self.home / "airflow.db"
+
+    def output(self, name: str) -> Path:
+        """The file holding the stdout and stderr of process ``name``."""
+        return self.home / f"{name}.out"
+
+    def airflow(self, *args: str, timeout: float = 300) -> str:
+        """Run ``airflow *args`` in the deployment's environment; its stdout (fails the test on a non-zero exit)."""
+        result = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, f"airflow {' '.join(args)}: exit {result.returncode}\n" + (
+            result.stdout[-3000:] + result.stderr[-3000:])
+        return result.stdout
+
+    def start(self, name: str) -> None:
+        with open(self.output(name), "wb") as out:
+            self.processes[name] = subprocess.Popen(
+                [AIRFLOW, *PROCESSES[name]], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def stop(self) -> None:
+        """SIGTERM every process at once, then wait for each (SIGKILL after 20 s) and kill its process group: the
+        LocalExecutor's workers, the api-server's uvicorn worker and Spark JVMs go with their parent."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            stop_process(process)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def diagnostics(self, lines: int = 40) -> str:
+        """Each process's state and the last lines of its output: for assertion messages."""
+        parts = []
+        for name, process in self.processes.items():
+            code = process.poll()
+            text = self.output(name).read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {name} ({'running' if code is None else f'exited {code}'}):\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def check_running(self) -> None:
+        dead = {name: p.returncode for name, p in self.processes.items() if p.poll() is not None}
+        assert not dead, f"Airflow processes exited: {dead}\n{self.diagnostics()}"
+
+    def wait_for(self, what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+        """The first value of ``probe()`` that is not None (or False), polled while every process runs."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_running()
+            value = probe()
+            if value is not None and value is not False:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"waited {timeout:.0f} s for {what}\n{self.diagnostics()}")
+            time.sleep(interval)
+
+    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Rows of ``sql`` on the metadata DB (sqlite3, read-only: the deployment is the writer)."""
+        with contextlib.closing(sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)) as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def api_healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}/execution/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        rows = self.query("SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
+        return dict(rows)
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        """Every XCom of a task instance, key -> value (the stored JSON)."""
+        rows = self.query("SELECT key, value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = ?",
+                          dag_id, run_id, task_id)
+        return {key: json.loads(value) if isinstance(value, (str, bytes)) else value for key, value in rows}
+
+    def log_files(self) -> list[Path]:
+        """Every file under the deployment's log folder (task logs, the dag-processor's and scheduler's logs)."""
+        return sorted(p for p in (self.home / "logs").rglob("*") if p.is_file())
+
+
+@contextlib.contextmanager
+def deployment(home: Path, extra_env: dict[str, str], dags_folder: Path = REPO_ROOT / "dags_examples",
+               connections: dict[str, dict[str, Any]] | None = None) -> Iterator[Deployment]:
+    """A migrated metadata DB, ``connections`` imported into it (``airflow connections import``: a file, so that
+    no secret is on a command line, which Airflow records in its log table), and the four processes running
+    (the api-server answering); stopped on exit."""
+    home.mkdir(parents=True, exist_ok=True)
+    api_port = free_port()
+    deploy = Deployment(home, deployment_env(home, api_port, dags_folder, extra_env), api_port)
+    started = time.monotonic()
+    deploy.airflow("db", "migrate")
+    deploy.timings["airflow db migrate"] = time.monotonic() - started
+    try:
+        for name in PROCESSES:
+            deploy.start(name)
+        if connections:  # while the processes start: tasks are the first to need them
+            path = home / "connections.json"
+            path.write_text(json.dumps(connections), encoding="utf-8")
+            path.chmod(0o600)
+            deploy.airflow("connections", "import", str(path))
+            path.unlink()
+        deploy.wait_for("the api-server to answer", deploy.api_healthy, timeout=120)
+        deploy.timings["processes up"] = time.monotonic() - started - deploy.timings["airflow db migrate"]
+        yield deploy
+    finally:
+        deploy.stop()
