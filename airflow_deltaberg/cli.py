@@ -1,18 +1,20 @@
 """`deltaberg`: the core operations from a shell.
 
 Exit codes: 0 success, 1 violations found (validate) or enabling blocked/refused (enable), 2 error (a one-line
-message on stderr, no traceback).
+message on stderr, no traceback; with ``--format json``, also the error document on stdout:
+``{"error": {"type", "message", "table", "version", "file", "retryable"}}``, the Spark result protocol's fields).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import math
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from typing import Any
 
 from airflow_deltaberg.core.compat import Level, validate
@@ -23,6 +25,7 @@ from airflow_deltaberg.core.enable.run import MODES, EnableResult, enable
 from airflow_deltaberg.core.errors import DeltabergError, EnableBlockedError
 from airflow_deltaberg.core.redact import Redactor, location_text, redacting_logs, redactor_for, url_secrets
 from airflow_deltaberg.spark.local_rewrite import run_rewrite_locally
+from airflow_deltaberg.spark.protocol import error_document
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -329,18 +332,56 @@ def _redactor(args: argparse.Namespace) -> Redactor:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(build_parser(), argv)
     args.redact = _redactor(args)
     with warnings_to_stderr(args.command), redacting_logs(args.redact):
         try:
             return args.run(args)
-        except DeltabergError as exc:
-            _print(args, f"deltaberg {args.command}: {type(exc).__name__}: {one_line(exc)}", error=True)
+        except Exception as exc:  # noqa: BLE001 - any failure is "error", never "violations"
+            report_error(args, exc)
             return EXIT_ERROR
-        except Exception as exc:  # noqa: BLE001 - any other failure is still "error", never "violations"
-            _print(args, f"deltaberg {args.command}: unexpected {type(exc).__name__}: {one_line(exc)} "
-                         f"({location_text(args.table)})", error=True)
-            return EXIT_ERROR
+
+
+def report_error(args: argparse.Namespace, error: BaseException) -> None:
+    """An error in one line on stderr and, with ``--format json``, its document on stdout (the Spark result
+    protocol's fields: type, message, table, version, file, retryable), so a script that parses the output gets
+    the failure. Both without secrets."""
+    if getattr(args, "format", None) == "json":
+        document = error_document(error)
+        fields = document["error"]
+        fields["message"] = one_line(error)
+        if fields["table"] is None:
+            fields["table"] = location_text(args.table)
+        _print(args, json.dumps(document, indent=2))
+    if isinstance(error, DeltabergError):
+        _print(args, f"deltaberg {args.command}: {type(error).__name__}: {one_line(error)}", error=True)
+    else:
+        _print(args, f"deltaberg {args.command}: unexpected {type(error).__name__}: {one_line(error)} "
+                     f"({location_text(args.table)})", error=True)
+
+
+def _asks_for_json(argv: Sequence[str]) -> bool:
+    return "--format=json" in argv or any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:], strict=False))
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The parsed arguments; a usage error exits 2 with argparse's text on stderr and, when the command line asks
+    for ``--format json``, its error document on stdout too."""
+    if not _asks_for_json(argv):
+        return parser.parse_args(argv)
+    usage = io.StringIO()
+    try:
+        with redirect_stderr(usage):
+            return parser.parse_args(argv)
+    except SystemExit as exc:
+        sys.stderr.write(usage.getvalue())
+        if exc.code == EXIT_ERROR:
+            lines = usage.getvalue().strip().splitlines()
+            message = lines[-1].split(": error: ", 1)[-1] if lines else "invalid arguments"
+            print(json.dumps({"error": {"type": "UsageError", "message": message, "table": None, "version": None,
+                                        "file": None, "retryable": False}}, indent=2))
+        raise
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """A hook that turns an Airflow connection into pyiceberg catalog properties for the core library.
 
-The connection's extra is a JSON object of pyiceberg catalog properties, passed through unchanged, e.g.
+The connection's extra is a JSON object of pyiceberg catalog properties, passed through unchanged (less the fields
+of the connection form left empty), e.g.
 ``{"type": "sql", "uri": "sqlite:////data/catalog.db", "warehouse": "file:///data/warehouse"}`` or
 ``{"type": "rest", "uri": "https://...", "credential": "client:secret"}``. Any connection type works; only the
 extra is read. Values under secret-looking property names (``credential``, ``token``, ``s3.secret-access-key``,
@@ -19,6 +20,8 @@ from airflow.sdk import BaseHook
 
 from airflow_deltaberg.core.redact import masked_options
 from airflow_deltaberg.hooks.masking import mask_option_secrets
+from airflow_deltaberg.hooks.storage import form_extras
+from airflow_deltaberg.provider_info import CATALOG_CONN_TYPE, connection_type, ui_field_behaviour
 
 
 def masked_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,12 +42,17 @@ class IcebergCatalogHook(BaseHook):
 
     conn_name_attr = "catalog_conn_id"
     default_conn_name = "deltaberg_catalog_default"
-    conn_type = "iceberg_catalog"
-    hook_name = "Iceberg catalog (pyiceberg properties)"
+    conn_type = CATALOG_CONN_TYPE
+    hook_name = connection_type(CATALOG_CONN_TYPE)["hook-name"]
 
     def __init__(self, catalog_conn_id: str | None = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.catalog_conn_id = catalog_conn_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The form of the provider info (read from there by Airflow 3.2+; this serves older versions)."""
+        return ui_field_behaviour(CATALOG_CONN_TYPE)
 
     def get_conn(self) -> dict[str, Any]:
         return self.catalog_properties()
@@ -77,4 +85,4 @@ class IcebergCatalogHook(BaseHook):
             ) from None
         if not isinstance(extras, dict):
             raise AirflowException(f"connection {self.catalog_conn_id!r}: the extra field must be a JSON object")
-        return extras
+        return form_extras(extras, conn.conn_type)

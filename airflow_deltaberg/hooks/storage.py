@@ -18,14 +18,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseHook
 
-from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.redact import MASK, SECRET_MARKERS, is_secret_key, masked_options, option_secrets
 from airflow_deltaberg.hooks.masking import mask_secrets
+from airflow_deltaberg.provider_info import (
+    CATALOG_CONN_TYPE,
+    STORAGE_CONN_TYPE,
+    connection_type,
+    form_fields,
+    ui_field_behaviour,
+)
+
+if TYPE_CHECKING:
+    from airflow_deltaberg.core.delta import DeltaTable
 
 # One rule for what is a secret: the core library's (core.redact), which also redacts its messages.
 __all__ = ["MASK", "SECRET_MARKERS", "DeltaStorageHook", "StorageOptions", "is_secret_key"]
@@ -46,6 +55,22 @@ class StorageOptions(dict):  # type: ignore[type-arg]
         return option_secrets(self)
 
 
+def form_extras(extras: Mapping[str, Any], conn_type: str | None) -> dict[str, Any]:
+    """A connection's extras without the form's traces: the ``extra__<type>__`` prefix of older connections
+    (``extra__google_cloud_platform__key_path``), and the form fields left empty (``conn-fields`` of the provider
+    info), which are not options."""
+    prefix = f"extra__{conn_type}__"
+    ours = conn_type in (STORAGE_CONN_TYPE, CATALOG_CONN_TYPE)
+    empty_form_fields = set(form_fields(conn_type)) if ours and conn_type else set()
+    out: dict[str, Any] = {}
+    for key, value in extras.items():
+        key = key[len(prefix):] if key.startswith(prefix) else key
+        if key in empty_form_fields and value in (None, ""):
+            continue
+        out[key] = value
+    return out
+
+
 class DeltaStorageHook(BaseHook):
     """Credentials for Delta/Iceberg table storage, as fsspec storage options for airflow_deltaberg.core.
 
@@ -54,10 +79,10 @@ class DeltaStorageHook(BaseHook):
 
     conn_name_attr = "deltaberg_conn_id"
     default_conn_name = "deltaberg_default"
-    conn_type = "deltaberg"
-    hook_name = "Delta/Iceberg storage"
+    conn_type = STORAGE_CONN_TYPE
+    hook_name = connection_type(STORAGE_CONN_TYPE)["hook-name"]
 
-    GENERIC_TYPES = ("deltaberg", "generic")
+    GENERIC_TYPES = (STORAGE_CONN_TYPE, "generic")
     SUPPORTED_TYPES = ("aws", "google_cloud_platform", "wasb", "adls", *GENERIC_TYPES)
 
     def __init__(self, deltaberg_conn_id: str | None = default_conn_name, **kwargs: Any) -> None:
@@ -66,11 +91,8 @@ class DeltaStorageHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "port", "login", "password"],
-            "relabeling": {"extra": "Storage options (JSON)"},
-            "placeholders": {"extra": '{"key": "...", "secret": "...", "endpoint_url": "..."}'},
-        }
+        """The form of the provider info (read from there by Airflow 3.2+; this serves older versions)."""
+        return ui_field_behaviour(STORAGE_CONN_TYPE)
 
     def get_conn(self) -> StorageOptions:
         return self.storage_options()
@@ -108,6 +130,8 @@ class DeltaStorageHook(BaseHook):
 
     def open_table(self, location: str) -> DeltaTable:
         """The Delta table at ``location``, read with this connection's credentials."""
+        from airflow_deltaberg.core.delta import DeltaTable  # the Delta engine only where a table is opened
+
         return DeltaTable(location, self.storage_options())
 
     # -- per connection type ----------------------------------------------------------------------
@@ -125,8 +149,7 @@ class DeltaStorageHook(BaseHook):
                 f"connection {self.deltaberg_conn_id!r}: the extra field must be a JSON object"
             )
         # Older connections prefix extras with the type, e.g. extra__google_cloud_platform__key_path.
-        prefix = f"extra__{conn.conn_type}__"
-        return {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in extras.items()}
+        return form_extras(extras, conn.conn_type)
 
     def _aws(self, conn: Any, extras: dict[str, Any]) -> StorageOptions:
         if extras.get("role_arn"):

@@ -11,16 +11,13 @@ from urllib.parse import quote, urlsplit
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
-from pyiceberg.catalog import Catalog
 
+from airflow_deltaberg.assets import catalog_table_uri
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.operators.validate import _parse_version
-
-#: The URI scheme of the asset of a table registered in a catalog: ``iceberg://<catalog>/<namespace>/<table>``.
-ICEBERG_SCHEME = "iceberg"
 
 _TEMPLATE = re.compile(r"{{|{%")
 
@@ -32,14 +29,6 @@ def location_uri(location: str) -> str:
         path = os.path.abspath(location).replace(os.sep, "/")
         return "file://" + quote(path if path.startswith("/") else f"/{path}", safe="/:")
     return location.rstrip("/")
-
-
-def catalog_table_uri(catalog_name: str, identifier: str) -> str:
-    """``iceberg://<catalog_name>/<namespace...>/<table>``: one path segment per identifier part."""
-    parts = Catalog.identifier_to_tuple(identifier)
-    if not catalog_name or not all(parts):
-        raise ValueError(f"cannot build an asset URI from catalog {catalog_name!r} and identifier {identifier!r}")
-    return f"{ICEBERG_SCHEME}://{quote(catalog_name, safe='')}/" + "/".join(quote(p, safe="") for p in parts)
 
 
 def table_asset_uri(table_uri: str, catalog_name: str, identifier: str | None) -> str:

@@ -146,7 +146,7 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
             )
             self.log.info("Submitting the rewrite of %s (read version %s)", location, read_version)
             # A failure the job described is raised as its own error class (execute() decides about retries).
-            payload = run.result(lambda: self._hook.submit(rewrite_application()))
+            payload = run.result(lambda: run.capture(self._hook).submit(rewrite_application()))
         if payload is not None:
             result = RewriteResult.from_dict(payload)
             return int(result.version), result.to_dict()

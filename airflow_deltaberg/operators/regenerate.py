@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -176,16 +177,26 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
                              spark_binary=self.spark_binary_name)
         with SparkApplicationRun(spark, "deltaberg-regenerate-", self.result_location, storage_options) as run:
             self._prepare_submit(run, target, identifier, catalog_config, storage_options)
+            self._spark_run, self._hook = run, None  # a hook of this run, built by SparkSubmitOperator.execute
             try:
                 payload = run.result(partial(SparkSubmitOperator.execute, self, context))
             except DeltabergError as exc:
                 raise_task_failure(exc, str(self.table_uri))
+            finally:
+                self._spark_run = None
             if payload is None:
                 raise AirflowException(f"the Spark application wrote no result to {run.result_location}")
         result = ConversionResult(**payload)
         self.log.info(_summary_line(result))
         self._emit_asset_event(context, result)
         return result.to_dict()
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """SparkSubmitOperator's hook, its spark-submit output kept out of the task log by the run (a summary at
+        INFO, every line at DEBUG)."""
+        hook = super()._get_hook()
+        run: SparkApplicationRun | None = getattr(self, "_spark_run", None)
+        return run.capture(hook) if run is not None else hook
 
     def _prepare_submit(self, run: SparkApplicationRun, target: int | None, identifier: str | None,
                         catalog_config: Mapping[str, Any] | None, storage_options: Mapping[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """What the operators that submit a Spark application of this package share (DeltaIcebergRegenerateOperator,
 DeltaEnableIcebergWriterCompatOperator): where the driver runs, the settings that must stay off the command line,
-the Python of a local master, and the application's result document turned back into the task's outcome.
+the Python of a local master, spark-submit's output kept out of the task log (DEBUG, and one summary at INFO), and
+the application's result document turned back into the task's outcome.
 
 The Spark connection is read through the public ``BaseHook.get_connection`` the way SparkSubmitHook reads it
 (master from the connection type, host and port; ``deploy-mode`` and ``spark-binary`` from the extra, an operator
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -105,6 +108,55 @@ def raise_task_failure(error: DeltabergError, table: str, cause: BaseException |
     raise AirflowFailException(message) from error
 
 
+class SparkOutput:
+    """What spark-submit printed (Spark's log, the application's own lines): counted, with the application id and
+    the lines that tell why a run failed, for the summary the task log gets instead of the whole output."""
+
+    APPLICATION_ID = re.compile(r"\b(application_\d+_\d+|local-\d{10,}|app-\d{14}-\d{4,}|driver-\d{14}-\d{4,})\b")
+    ERROR_LINE = re.compile(r"\b(ERROR|FATAL|SEVERE)\b|Traceback|Exception|Error:| failed: ")
+    MAX_ERROR_LINES = 20
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.application_id: str | None = None
+        self.error_lines: deque[str] = deque(maxlen=self.MAX_ERROR_LINES)
+
+    def add(self, line: str) -> None:
+        self.lines += 1
+        if self.application_id is None and (found := self.APPLICATION_ID.search(line)):
+            self.application_id = found.group(1)
+        if self.ERROR_LINE.search(line):
+            self.error_lines.append(line.strip())
+
+    def summary(self, failed: bool) -> str:
+        application = f"application {self.application_id}" if self.application_id else "the application"
+        outcome = "failed" if failed else "succeeded"
+        text = f"spark-submit: {application} {outcome}; its {self.lines} lines of output are logged at DEBUG"
+        if failed and self.error_lines:
+            text += "; the error lines:\n" + "\n".join(f"  {line}" for line in self.error_lines)
+        return text
+
+
+class _SparkOutputLog:
+    """A SparkSubmitHook's logger that sends spark-submit's own lines (the hook logs each as ``info(line)``, with no
+    arguments) to DEBUG and to a SparkOutput; what the hook says itself (the command, an application id) keeps its
+    level."""
+
+    def __init__(self, log: Any, output: SparkOutput) -> None:
+        self.task_log = log
+        self._output = output
+
+    def info(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            self.task_log.info(msg, *args, **kwargs)
+            return
+        self._output.add(str(msg))
+        self.task_log.debug("%s", msg)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task_log, name)
+
+
 class SparkApplicationRun:
     """One submission of an application of this package, as a context: a private work directory for the settings
     files and the default result file, removed at the end.
@@ -124,6 +176,16 @@ class SparkApplicationRun:
         self._result_location = result_location
         self._storage_options = storage_options
         self._work: tempfile.TemporaryDirectory[str] | None = None
+        self.output = SparkOutput()
+        self._task_log: Any = None
+
+    def capture(self, hook: Any) -> Any:
+        """``hook`` (a SparkSubmitHook) with spark-submit's output logged at DEBUG only, kept for the summary
+        ``result`` logs at INFO."""
+        log = _SparkOutputLog(hook.log, self.output)
+        hook._log = log  # LoggingMixin's logger slot: the hook's own messages go through it unchanged
+        self._task_log = log.task_log
+        return hook
 
     def __enter__(self) -> SparkApplicationRun:
         self._work = tempfile.TemporaryDirectory(prefix=self._prefix)
@@ -170,9 +232,24 @@ class SparkApplicationRun:
         try:
             submit()
         except AirflowException as exc:
+            self._log_summary(failed=True)
             document = read_result(self.result_location, self._storage_options)
             if document is not None and "error" in document:
-                raise error_from_document(document) from exc
+                raise error_from_document(document) from self._without_output(exc)
             raise
+        self._log_summary(failed=False)
         document = read_result(self.result_location, self._storage_options)
         return None if document is None else result_payload(document)
+
+    def _without_output(self, error: AirflowException) -> AirflowException:
+        """The hook's failure without the tail of spark-submit's output it carries, when the summary has logged the
+        error lines already (and the application's error document says what failed)."""
+        if self._task_log is None:
+            return error
+        return AirflowException(str(error).split("\nLast spark-submit output:", 1)[0])
+
+    def _log_summary(self, failed: bool) -> None:
+        if self._task_log is None:  # no captured hook: its output went to the task log as it came
+            return
+        summary = self.output.summary(failed)
+        (self._task_log.error if failed else self._task_log.info)("%s", summary)

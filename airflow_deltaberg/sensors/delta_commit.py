@@ -183,7 +183,8 @@ class DeltaCommitSensor(BaseSensorOperator):
             raise AirflowFailException(message)
         if status == TIMEOUT:
             raise AirflowSensorTimeout(f"Sensor has timed out after {self.timeout}s: {payload.get('reason')}")
-        self.log.info("%s", payload.get("reason"))
+        # One line per poke: the start and the outcome are logged at INFO, each "not yet" only at DEBUG.
+        self.log.debug("%s", payload.get("reason"))
         return None
 
     def poke(self, context: Context) -> PokeReturnValue:

@@ -2,6 +2,10 @@
 
 ``check_commits`` is the one check both paths run (the sensor's poke and each poll of the trigger); its
 result is the payload of the trigger's event, so the two paths reach the same outcome from the same state.
+
+The triggerer imports this module on its event loop, and every trigger it runs shares that loop: the module
+imports no storage or Delta code (pyarrow, fsspec, core.delta; they load on the first check, in a worker
+thread), and every storage call runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -9,14 +13,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_deltaberg.core.errors import DeltabergError, NotADeltaTableError
-from airflow_deltaberg.core.storage import Storage, open_storage
-from airflow_deltaberg.core.watch import START_ICEBERG, poll_new_commits
+
+if TYPE_CHECKING:
+    from airflow_deltaberg.core.storage import Storage
+
+#: core.watch.START_ICEBERG (the default start), spelled here so that the module needs no core.watch to load.
+START_ICEBERG = "iceberg"
 
 SUCCESS = "success"
 WAITING = "waiting"
@@ -39,6 +47,8 @@ def check_commits(
     * ``waiting``: not yet; ``reason`` says why.
     * ``error``: ``error`` (the core error class), ``message`` and ``retryable``.
     """
+    from airflow_deltaberg.core.watch import poll_new_commits
+
     try:
         commits = poll_new_commits(storage, start_version=start_version, start_from=start_from, table=table_uri)
     except NotADeltaTableError as exc:
@@ -124,6 +134,7 @@ class DeltaCommitTrigger(BaseTrigger):
         )
 
     def _open_storage(self) -> Storage:
+        from airflow_deltaberg.core.storage import open_storage
         from airflow_deltaberg.hooks.storage import DeltaStorageHook
 
         options: Mapping[str, Any] = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
@@ -140,7 +151,8 @@ class DeltaCommitTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # Storage calls block: they run in a worker thread so the triggerer's event loop stays free.
+        # Storage calls (and the first import of the storage and Delta code) block: they run in a worker thread so
+        # the triggerer's event loop, shared by every trigger, stays free.
         try:
             storage = await asyncio.to_thread(self._open_storage)
         except DeltabergError as exc:
@@ -158,5 +170,5 @@ class DeltaCommitTrigger(BaseTrigger):
             if remaining is not None and remaining <= 0:
                 yield TriggerEvent({"status": TIMEOUT, "reason": payload["reason"]})
                 return
-            self.log.info("%s; next poll in %ss", payload["reason"], self.poll_interval)
+            self.log.debug("%s; next poll in %ss", payload["reason"], self.poll_interval)
             await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))

@@ -344,3 +344,77 @@ def test_warnings_are_lines_of_their_own(table: Path, capsys: pytest.CaptureFixt
     lines = err.strip().splitlines()
     assert lines and all(line.startswith("deltaberg inspect: warning: ") for line in lines), err
     assert "_last_checkpoint" in err
+
+
+# -- --format json: the error is JSON too -------------------------------------------------------------------
+
+
+def run_failing_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, object], str]:
+    """Run a command with ``--format json`` that must fail: exit 2, stdout is the error document and nothing else,
+    stderr the error line (the usage text for a usage error)."""
+    code = main_exit_code([*argv, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    document = json.loads(out)
+    assert list(document) == ["error"], document
+    assert document["error"]["message"] in err.strip().splitlines()[-1]
+    assert "Traceback" not in out + err
+    return document["error"], out + err
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate", "convert", "enable"])
+def test_json_errors_of_every_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    from airflow_deltaberg.spark.protocol import error_document
+
+    missing = tmp_path / "none"
+    fields, _ = run_failing_json([command, str(missing)], capsys)
+    assert list(fields) == list(error_document(RuntimeError())["error"])  # the Spark result protocol's fields
+    assert fields["type"] == "NotADeltaTableError" and fields["retryable"] is False
+    assert fields["table"] == str(missing) and str(missing) in str(fields["message"])
+    assert not missing.exists()
+
+
+def test_json_errors_name_the_version_and_file(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (table / "_delta_log" / "00000000000000000001.json").write_text("{not json\n")
+    fields, _ = run_failing_json(["inspect", str(table)], capsys)
+    assert fields["type"] == "CorruptLogError"
+    assert (fields["table"], fields["version"]) == (str(table), 1)
+    assert str(fields["file"]).endswith("00000000000000000001.json")
+
+
+def test_json_errors_hold_no_secret(closed_port: int, capsys: pytest.CaptureFixture[str],
+                                   debug_logs: pytest.LogCaptureFixture, no_aws_credentials: None) -> None:
+    fields, text = run_failing_json(
+        ["inspect", f"s3://{KEY_ID}:{SECRET}@bucket/t", "--storage-option",
+         f"endpoint_url=http://127.0.0.1:{closed_port}", "--storage-option", f"secret={SECRET}"], capsys)
+    assert fields["type"] == "StorageConfigError" and "s3://***@bucket/t" in str(fields["message"])
+    assert_nowhere(text, debug_logs, SECRET, KEY_ID)
+
+
+def test_unexpected_json_errors_are_redacted(table: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import airflow_deltaberg.cli as cli
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"boom with {SECRET} inside")
+
+    monkeypatch.setattr(cli, "DeltaTable", broken)
+    fields, text = run_failing_json(["inspect", str(table), "--storage-option", f"token={SECRET}"], capsys)
+    assert fields == {"type": "RuntimeError", "message": "boom with *** inside", "table": str(table),
+                      "version": None, "file": None, "retryable": True}
+    assert SECRET not in text
+
+
+def test_json_usage_errors(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fields, text = run_failing_json(["convert", str(table), "--retain-snapshots", "0"], capsys)
+    assert fields["type"] == "UsageError" and fields["retryable"] is False
+    assert "--retain-snapshots" in str(fields["message"]) and "usage: deltaberg" in text
+    assert not (table / "_iceberg").exists()
+
+
+@pytest.mark.parametrize("output", ["text", "markdown"])
+def test_other_formats_keep_the_error_line_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     output: str) -> None:
+    assert main_exit_code(["validate", str(tmp_path / "none"), "--format", output]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("deltaberg validate: NotADeltaTableError:") and len(err.splitlines()) == 1

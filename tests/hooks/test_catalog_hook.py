@@ -98,3 +98,12 @@ def test_masker_redacts_registered_secrets(monkeypatch: pytest.MonkeyPatch) -> N
     IcebergCatalogHook("cat").catalog_properties()
     assert credential not in redact(f"log line with {credential} inside")
     assert password not in redact(f"log line with {password} inside")
+
+
+def test_fields_of_the_connection_form_left_empty_are_no_properties(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_FORM", json.dumps({"conn_type": "iceberg_catalog", "extra": {
+        "extra__iceberg_catalog__type": "rest", "uri": "https://catalog.example.com", "warehouse": "",
+        "credential": None, "s3.region": "",
+    }}))
+    assert IcebergCatalogHook("form").catalog_properties() == {
+        "type": "rest", "uri": "https://catalog.example.com", "s3.region": ""}

@@ -330,3 +330,13 @@ def test_open_table_with_generic_conn(monkeypatch: pytest.MonkeyPatch, delta_loc
 def test_open_table_without_conn(delta_location: str) -> None:
     table = DeltaStorageHook(None).open_table(Path(delta_location).as_uri())
     assert table.latest_version() == 1
+
+
+def test_fields_of_the_connection_form_left_empty_are_no_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form's fields (provider info conn-fields) land in the extra, filled or not, prefixed or not."""
+    options = options_for(monkeypatch, "deltaberg", extra={
+        "key": ACCESS_KEY, "extra__deltaberg__secret": SECRET, "endpoint_url": "", "anon": False,
+    })
+    assert dict(options) == {"key": ACCESS_KEY, "secret": SECRET, "anon": False}
+    assert dict(options_for(monkeypatch, "deltaberg", extra={"key": None, "secret": "", "region": ""})) == {
+        "region": ""}  # only the form's own fields are dropped when empty

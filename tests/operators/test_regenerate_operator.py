@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,8 @@ def asset_events(dag_id: str) -> list[dict[str, Any]]:
 
 
 def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, secret_storage_connection: str,
-                                         spark_submit_commands: list[dict[str, Any]]) -> None:
+                                         spark_submit_commands: list[dict[str, Any]],
+                                         capfd: pytest.CaptureFixture[str]) -> None:
     table = tmp_path / "events"
     write_deltalake(str(table), rows(0, 6), partition_by=["region"])  # version 0
     write_deltalake(str(table), rows(6, 4), mode="append")  # version 1
@@ -90,7 +92,9 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
         )
     assert dag.get_task("regenerate").outlets == [Asset(uri="iceberg://deltaberg/db/events")]
 
+    capfd.readouterr()
     result = run_dag(dag)
+    logs = capfd.readouterr()
 
     ti = result.ti("regenerate")
     assert (ti.state, ti.try_number) == ("success", 1)
@@ -115,12 +119,30 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
     arrived = caught["too_far"].__cause__
     assert type(arrived) is VersionNotFoundError and arrived.retryable is False
     assert arrived.table == str(table) and str(caught["too_far"]) == f"VersionNotFoundError: {arrived}"
+    assert_spark_output_summarized(logs.out + logs.err)
     for task_id, message in (("backwards", "from_version 3 > to_version 1"),
                              ("disagreeing", "version 2 and version_range's to_version 1 disagree")):
         failed = result.ti(task_id)
         assert (failed.state, failed.try_number, failed.max_tries) == ("failed", 1, 2), task_id
         assert type(caught[task_id]).__name__ == "AirflowFailException"
         assert message in str(caught[task_id])
+
+
+#: A line of Spark's own log (log4j's default pattern: ``26/11/26 17:00:00 INFO SparkContext: ...``).
+SPARK_LOG_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR) \w+")
+
+
+def assert_spark_output_summarized(task_logs: str) -> None:
+    """The task logs of the two submissions: no line of Spark's log (there were 163 of 194 lines in a regeneration),
+    and a summary of each: its outcome, and on failure the line that says why."""
+    spark_lines = [line for line in task_logs.splitlines() if SPARK_LOG_LINE.search(line)]
+    assert spark_lines == [], f"{len(spark_lines)} Spark log lines in the task logs, e.g. {spark_lines[:3]}"
+    summaries = [line for line in task_logs.splitlines() if "spark-submit: " in line and "lines of output" in line]
+    assert len(summaries) == 2, summaries
+    succeeded = r"\[info +\] spark-submit: (application \S+|the application) succeeded; its \d+ lines of output"
+    assert any(re.search(succeeded, s) for s in summaries), summaries
+    assert any(re.search(r"\[error +\] spark-submit: .* failed", s) for s in summaries), summaries
+    assert re.search(r"^  regenerate failed: VersionNotFoundError: version 7", task_logs, re.MULTILINE)
 
 
 @pytest.mark.parametrize(
@@ -141,3 +163,63 @@ def test_version_bounds(version: Any, version_range: Any, expected: tuple[int | 
 def test_version_bounds_refuses(version_range: Any) -> None:
     with pytest.raises(ValueError):
         version_bounds(None, version_range)
+
+
+FAKE_SPARK_SUBMIT = """#!/bin/sh
+echo "26/11/26 18:00:00 INFO SparkContext: Running Spark version 4.0.0"
+echo "26/11/26 18:00:01 INFO StandaloneSchedulerBackend: Connected to Spark cluster with app ID app-20261126180001-0007"
+i=0; while [ $i -lt 50 ]; do echo "26/11/26 18:00:02 INFO DAGScheduler: chatter $i"; i=$((i+1)); done
+echo "26/11/26 18:00:03 ERROR Executor: Exception in task 0.0 in stage 1.0 (TID 1)"
+echo "regenerate failed: StorageError: cannot read s3://bucket/t/_delta_log"
+exit $FAKE_EXIT
+"""
+
+
+class RecordingLog:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda msg, *args, **kwargs: self.lines.append((level, str(msg) % args if args else str(msg)))
+
+
+@pytest.mark.parametrize("exit_code", [0, 1])
+def test_spark_submit_output_goes_to_debug_and_a_summary_to_the_task_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int) -> None:
+    """A SparkSubmitHook of a run (SparkApplicationRun.capture) running a stand-in spark-submit: its 54 lines at
+    DEBUG only, one summary at INFO (ERROR on failure, with the error lines), the hook's own messages unchanged."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_deltaberg.operators.spark_submit import SparkApplicationRun, SparkTarget
+
+    binary = tmp_path / "bin" / "spark-submit"
+    binary.parent.mkdir()
+    binary.write_text(FAKE_SPARK_SUBMIT)
+    binary.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{binary.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_EXIT", str(exit_code))
+    hook = SparkSubmitHook(conn_id=None, name="fake")
+    hook._log = log = RecordingLog()
+    with SparkApplicationRun(SparkTarget("local[*]", None, "spark-submit"), "deltaberg-test-") as run:
+        captured = run.capture(hook)
+        if exit_code:
+            with pytest.raises(AirflowException):
+                run.result(lambda: captured.submit("app.py"))
+        else:
+            assert run.result(lambda: captured.submit("app.py")) is None  # no result document
+    above_debug = [(level, line) for level, line in log.lines if level != "debug"]
+    assert [line for level, line in log.lines if level == "debug"][0].endswith("Running Spark version 4.0.0")
+    assert sum(level == "debug" for level, _ in log.lines) == 54
+    assert above_debug[0][0] == "info" and above_debug[0][1].startswith("Spark-Submit cmd: spark-submit")
+    (level, summary), = above_debug[1:]
+    if exit_code:
+        assert level == "error" and summary == (
+            "spark-submit: application app-20261126180001-0007 failed; its 54 lines of output are logged at DEBUG; "
+            "the error lines:\n"
+            "  26/11/26 18:00:03 ERROR Executor: Exception in task 0.0 in stage 1.0 (TID 1)\n"
+            "  regenerate failed: StorageError: cannot read s3://bucket/t/_delta_log")
+    else:
+        assert (level, summary) == (
+            "info", "spark-submit: application app-20261126180001-0007 succeeded; its 54 lines of output are logged "
+            "at DEBUG")

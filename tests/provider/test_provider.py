@@ -9,6 +9,8 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import pytest
+
 from airflow_deltaberg import __version__
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -101,3 +103,103 @@ def test_airflow_cli_lists_the_hooks_sensor_trigger_and_notifiers() -> None:
     } <= notifiers
     (provider,) = listed["get"]
     assert "airflow_deltaberg.sensors.delta_commit" in [m for s in provider["sensors"] for m in s["python-modules"]]
+
+
+# -- connection forms: read by Airflow 3.3's UI from the provider info, without importing the hooks ----------------
+
+
+def _ui_metadata() -> dict[str, object]:
+    """What Airflow's connection UI gets for the provider's connection types (its /ui/connections/hook_meta)."""
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+
+    HookMetaService.hook_meta_data.cache_clear()
+    return {m.connection_type: m for m in HookMetaService.hook_meta_data()
+            if m.connection_type in ("deltaberg", "iceberg_catalog")}
+
+
+def test_connection_forms_come_from_the_provider_info() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    behaviours = manager._field_behaviours_from_metadata
+    assert behaviours["deltaberg"]["hidden_fields"] == ["host", "schema", "port", "login", "password"]
+    assert behaviours["deltaberg"]["relabeling"] == {"extra": "Storage options (JSON)"}
+    assert behaviours["iceberg_catalog"]["relabeling"] == {"extra": "Catalog properties (JSON)"}
+    widgets = manager._connection_form_widgets_from_metadata
+    assert widgets["extra__deltaberg__secret"].is_sensitive and not widgets["extra__deltaberg__key"].is_sensitive
+    assert widgets["extra__iceberg_catalog__credential"].is_sensitive
+
+    meta = _ui_metadata()
+    storage, catalog = meta["deltaberg"], meta["iceberg_catalog"]
+    assert storage.hook_name == "Delta/Iceberg storage"
+    assert catalog.hook_name == "Iceberg catalog (pyiceberg properties)"
+    for hidden in ("host", "port", "login", "password", "url_schema"):
+        assert getattr(storage.standard_fields, hidden).hidden, hidden
+        assert getattr(catalog.standard_fields, hidden).hidden, hidden
+    assert set(storage.extra_fields) == {"key", "secret", "endpoint_url"}
+    assert storage.extra_fields["secret"]["schema"]["format"] == "password"
+    assert set(catalog.extra_fields) == {"type", "uri", "warehouse", "credential"}
+
+
+def test_the_hooks_serve_the_same_forms_to_older_airflow() -> None:
+    from airflow_deltaberg.hooks import DeltaStorageHook, IcebergCatalogHook
+    from airflow_deltaberg.provider_info import get_provider_info
+
+    declared = {c["connection-type"]: c for c in get_provider_info()["connection-types"]}
+    for hook in (DeltaStorageHook, IcebergCatalogHook):
+        entry = declared[hook.conn_type]
+        assert entry["hook-class-name"] == f"{hook.__module__}.{hook.__name__}"
+        assert entry["hook-name"] == hook.hook_name
+        behaviour = entry["ui-field-behaviour"]
+        assert hook.get_ui_field_behaviour() == {
+            "hidden_fields": behaviour["hidden-fields"], "relabeling": behaviour["relabeling"],
+            "placeholders": behaviour["placeholders"],
+        }
+
+
+def test_provider_info_matches_airflows_schema() -> None:
+    import jsonschema
+    from airflow import providers_manager
+
+    from airflow_deltaberg.provider_info import get_provider_info
+
+    schema = json.loads((Path(providers_manager.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
+
+
+# -- asset URIs ------------------------------------------------------------------------------------------------
+
+
+def test_the_iceberg_asset_scheme_is_registered_with_its_normalizer() -> None:
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    from airflow_deltaberg.assets import normalize_iceberg_uri
+
+    assert ProvidersManagerTaskRuntime().asset_uri_handlers["iceberg"] is normalize_iceberg_uri
+
+
+@pytest.mark.parametrize(("given", "normalized"), [
+    ("iceberg://deltaberg/db/events", "iceberg://deltaberg/db/events"),
+    ("iceberg://deltaberg/db/events/", "iceberg://deltaberg/db/events"),
+    ("ICEBERG://deltaberg/db/events#x", "iceberg://deltaberg/db/events"),
+    ("iceberg://prod/a/b/my table", "iceberg://prod/a/b/my%20table"),
+    ("iceberg://prod/a/b/my%20table", "iceberg://prod/a/b/my%20table"),
+])
+def test_asset_uris_are_normalized_as_the_operators_build_them(given: str, normalized: str) -> None:
+    from airflow.sdk import Asset
+
+    assert Asset(uri=given).uri == normalized
+
+
+@pytest.mark.parametrize("malformed", [
+    "iceberg://deltaberg/events",  # no namespace
+    "iceberg:///db/events",  # no catalog
+    "iceberg://deltaberg/db//events",  # an empty segment
+    "iceberg://deltaberg:8181/db/events",  # a port
+    "iceberg://deltaberg/db/events?snapshot=1",  # a query
+])
+def test_malformed_iceberg_asset_uris_are_refused(malformed: str) -> None:
+    from airflow.sdk import Asset
+
+    with pytest.raises(ValueError, match="iceberg://"):
+        Asset(uri=malformed)

@@ -145,3 +145,30 @@ def test_arguments_are_checked_when_the_dag_is_parsed(tmp_path: Path) -> None:
         make_sensor(tmp_path, min_commits=0)
     with pytest.raises(AirflowFailException, match="start_version"):
         make_sensor(tmp_path, start_version="v3").poke({})  # type: ignore[arg-type]
+
+
+class LogRecorder:
+    """A stand-in for a task's logger: the (level, message) of every call."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda msg, *args, **kwargs: self.lines.append((level, msg % args if args else msg))
+
+
+def test_each_poke_and_poll_that_waits_logs_at_debug_only(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    write_deltalake(str(table), DATA)
+    sensor = make_sensor(table, start_version=0)
+    sensor._cached_logger = LogRecorder()
+    for _ in range(3):
+        assert sensor.poke({}).is_done is False  # type: ignore[arg-type]
+    waiting = [(level, line) for level, line in sensor._cached_logger.lines if "0 new commit(s)" in line]
+    assert [level for level, _ in waiting] == ["debug"] * 3
+    assert [level for level, line in sensor._cached_logger.lines if "Waiting for 1 new commit(s)" in line] == ["info"]
+
+    trigger = trigger_for(sensor, end_at=time.time() + 0.5)
+    trigger._log = LogRecorder()
+    assert event_of(trigger)["status"] == "timeout"
+    assert trigger._log.lines and {level for level, _ in trigger._log.lines} == {"debug"}

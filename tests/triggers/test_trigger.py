@@ -147,3 +147,97 @@ def test_a_table_that_disappears_while_waiting_is_an_error_event(tmp_path: Path)
                                                 poll_interval=0.2))
     deleter.join()
     assert payload["status"] == "error" and payload["error"] == "NotADeltaTableError"
+
+
+# -- the triggerer's event loop: a light module, no blocking call on the loop -----------------------------------
+
+
+def test_importing_the_trigger_loads_no_storage_or_delta_code() -> None:
+    """The triggerer imports the trigger class on its event loop (shared by every trigger): what is already
+    loaded there is Airflow; the trigger's module must add no pyarrow, pyiceberg, fsspec or Delta engine."""
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys, time\n"
+        "import airflow.sdk.exceptions, airflow.triggers.base\n"
+        "before = set(sys.modules)\n"
+        "start = time.perf_counter()\n"
+        "from airflow._shared.module_loading import import_string\n"
+        "import_string('airflow_deltaberg.triggers.delta_commit.DeltaCommitTrigger')\n"
+        "print(json.dumps({'seconds': time.perf_counter() - start, 'new': sorted(set(sys.modules) - before)}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    heavy = [m for m in loaded["new"] if m.split(".")[0] in ("pyarrow", "pyiceberg", "fsspec", "deltalake", "pydantic")
+             or m.startswith(("airflow_deltaberg.core.delta", "airflow_deltaberg.core.storage",
+                              "airflow_deltaberg.core.watch", "airflow_deltaberg.core.iceberg",
+                              "airflow_deltaberg.hooks"))]
+    assert heavy == []
+    assert loaded["seconds"] < 0.25, loaded  # was 0.4 s on a quiet machine
+
+
+def test_the_default_start_is_core_watchs() -> None:
+    from airflow_deltaberg.core.watch import START_ICEBERG
+    from airflow_deltaberg.triggers.delta_commit import START_ICEBERG as TRIGGER_START
+
+    assert TRIGGER_START == START_ICEBERG
+    assert DeltaCommitTrigger(table_uri="t").serialize()[1]["start_from"] == START_ICEBERG
+
+
+class SlowStorage:
+    """A storage whose every call takes ``delay`` seconds (a far object store)."""
+
+    def __init__(self, storage: Any, delay: float) -> None:
+        self._storage, self._delay, self.calls = storage, delay, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._storage, name)
+        if not callable(attr):
+            return attr
+
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            time.sleep(self._delay)
+            return attr(*args, **kwargs)
+
+        return slow
+
+
+def test_the_event_loop_keeps_running_while_the_trigger_reads_a_slow_storage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tmp_path / "t"
+    write_deltalake(str(table), DATA)
+    slow: list[SlowStorage] = []
+    open_real = DeltaCommitTrigger._open_storage
+
+    def open_slow(self: DeltaCommitTrigger) -> SlowStorage:
+        time.sleep(0.3)  # a connection lookup and a first import
+        slow.append(SlowStorage(open_real(self), delay=0.4))
+        return slow[-1]
+
+    monkeypatch.setattr(DeltaCommitTrigger, "_open_storage", open_slow)
+    writer = append_later(table, delay=2.0)
+    trigger = DeltaCommitTrigger(table_uri=str(table), start_version=0, start_from="version", poll_interval=0.05)
+
+    async def run() -> tuple[dict[str, Any], float]:
+        gaps: list[float] = []
+
+        async def heartbeat() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        beating = asyncio.create_task(heartbeat())
+        event = await asyncio.wait_for(anext(trigger.run()), 60)
+        beating.cancel()
+        return event.payload, max(gaps)
+
+    payload, longest_gap = asyncio.run(run())
+    writer.join()
+    assert payload["status"] == "success" and payload["result"]["to_version"] == 1
+    assert slow[0].calls >= 4  # the trigger spent seconds in storage calls...
+    assert longest_gap < 0.3, longest_gap  # ...while the loop never stalled for one of them (0.4 s each)
