@@ -65,7 +65,8 @@ _SPARK_REFUSES = "DELTA_UNSUPPORTED_FEATURES_FOR_WRITE"
 _KERNEL_PHYSICAL = ("Transaction.transformLogicalData refuses column-mapped tables: the writer hands Kernel the "
                     "physical batch and commits generateAppendActions")
 _DELTALAKE_REFUSES = "Unsupported table features required"
-_TO_PYARROW = "its reader refuses reader-v3 columnMapping; QueryBuilder reads"
+_TO_PYARROW = ("DeltaProtocolError: reader feature columnMapping is not supported by the deltalake reader; "
+               "QueryBuilder reads")
 
 WV1, CV2, WV3 = "writer-compat-v1", "compat-v2", "writer-compat-v3"
 
@@ -85,7 +86,8 @@ _TABLE: dict[tuple[Engine, str], tuple[str, str]] = {
     (KERNEL_44, WV3): (WRITES, _KERNEL_PHYSICAL),
     (DELTALAKE, WV1): (REFUSES, f"{_DELTALAKE_REFUSES}: IcebergCompatV2, icebergWriterCompatV1"),
     (DELTALAKE, CV2): (REFUSES, f"{_DELTALAKE_REFUSES}: IcebergCompatV2"),
-    (DELTALAKE, WV3): (REFUSES, _DELTALAKE_REFUSES),
+    (DELTALAKE, WV3): (REFUSES, f"{_DELTALAKE_REFUSES}: IcebergCompatV3, icebergWriterCompatV3, DomainMetadata, "
+                                "RowTracking"),
     (DATABRICKS, WV1): (WRITES, "IcebergWriterCompatV1 is Databricks' managed Iceberg compatibility"),
     (DATABRICKS, CV2): (WRITES, "UniForm IcebergCompatV2, Databricks Runtime 14.3 LTS and later"),
     (DATABRICKS, WV3): (UNKNOWN, "not documented"),
