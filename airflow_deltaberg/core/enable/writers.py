@@ -88,8 +88,8 @@ _TABLE: dict[tuple[Engine, str], tuple[str, str]] = {
     (DELTALAKE, CV2): (REFUSES, f"{_DELTALAKE_REFUSES}: IcebergCompatV2"),
     (DELTALAKE, WV3): (REFUSES, f"{_DELTALAKE_REFUSES}: IcebergCompatV3, icebergWriterCompatV3, DomainMetadata, "
                                 "RowTracking"),
-    (DATABRICKS, WV1): (WRITES, "IcebergWriterCompatV1 is Databricks' managed Iceberg compatibility"),
-    (DATABRICKS, CV2): (WRITES, "UniForm IcebergCompatV2, Databricks Runtime 14.3 LTS and later"),
+    (DATABRICKS, WV1): (WRITES, "IcebergWriterCompatV1 comes from Databricks; first version not pinned here"),
+    (DATABRICKS, CV2): (WRITES, "UniForm with IcebergCompatV2, Databricks Runtime 14.3 LTS and later"),
     (DATABRICKS, WV3): (UNKNOWN, "not documented"),
     (SPARK_READER, WV1): (READS, ""),
     (SPARK_READER, CV2): (READS, ""),
@@ -167,7 +167,7 @@ def markdown_table() -> str:
         cells = []
         for level in LEVELS:
             s = cell(engine, level)
-            cells.append(s.outcome + (f" ({s.note})" if s.note and engine.source == "documented" else ""))
+            cells.append(s.outcome + (f" ({s.note})" if s.note else ""))
         source = "by test" if engine.source == "tested" else "documentation"
         rows.append(f"| {engine.name} | " + " | ".join(cells) + f" | {source} |")
     return "\n".join([head, rule, *rows])
