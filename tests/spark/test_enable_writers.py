@@ -196,3 +196,48 @@ def test_readers(level: str, spark: Any, enabled_tables: dict[str, Path]) -> Non
         else:
             assert not ok, f"{cell.text()} says it refuses, but it read {got}"
             assert all(n in error for n in [REFUSAL_NEEDLES[engine.key], "columnMapping"]), error[:2000]
+
+
+# -- writer-compat-v3: the table Kernel itself creates at that level -----------------------------------------
+
+
+def test_writer_compat_v3_enable_gives_what_kernel_creates(spark: Any, kernel: Any, enabled_tables: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    """The enabled table has the features, properties and column mapping Delta Kernel 4.4 gives a table it creates
+    with delta.enableIcebergWriterCompatV3, and row ids Delta on Spark reads back (0..n-1, in the rewrite's
+    commit)."""
+    k = kernel.api
+    reference = tmp_path / "kernel-wc3"
+    schema = kernel.types.StructType().add("id", kernel.types.LongType.LONG).add("name", kernel.types.StringType.STRING)
+    txn = (k.Table.forPath(kernel.engine, str(reference))
+           .createTransactionBuilder(kernel.engine, "airflow-deltaberg-tests", k.Operation.CREATE_TABLE)
+           .withSchema(kernel.engine, schema)
+           .withTableProperties(kernel.engine, kernel.java_map({"delta.enableIcebergWriterCompatV3": "true"}))
+           .build(kernel.engine))
+    txn.commit(kernel.engine, k.utils.CloseableIterable.emptyIterable())
+    theirs = DeltaTable(str(reference)).snapshot()
+    ours = DeltaTable(str(enabled_tables["writer-compat-v3"])).snapshot()
+
+    legacy = {"appendOnly", "invariants"}  # Kernel lists the legacy features its writer version 2 implied
+    assert set(theirs.protocol.effective_writer_features) - legacy <= set(ours.protocol.effective_writer_features)
+    assert {key: value for key, value in theirs.metadata.configuration.items() if not key.startswith(
+        "delta.rowTracking.")} == {key: value for key, value in ours.metadata.configuration.items()
+                                   if not key.startswith("delta.rowTracking.")}
+    assert set(theirs.metadata.configuration) == set(ours.metadata.configuration)
+    assert ours.column_mapping_mode == "id"
+    assert all(f.physical_name == f"col-{f.column_mapping_id}" for _, f in ours.schema.walk())
+
+    adds = [line["add"] for line in _commit(enabled_tables["writer-compat-v3"], 1) if "add" in line]
+    assert adds and all(a["defaultRowCommitVersion"] == 1 for a in adds)
+    domains = [line["domainMetadata"] for line in _commit(enabled_tables["writer-compat-v3"], 1)
+               if "domainMetadata" in line]
+    assert [(d["domain"], json.loads(d["configuration"]), d["removed"]) for d in domains] == [
+        ("delta.rowTracking", {"rowIdHighWaterMark": 2}, False)]
+    got = spark.sql(f"SELECT id, _metadata.row_id AS row_id, _metadata.row_commit_version AS v "
+                    f"FROM delta.`{enabled_tables['writer-compat-v3']}`").collect()
+    assert sorted(r["row_id"] for r in got) == [0, 1, 2] and {r["v"] for r in got} == {1}
+
+
+def _commit(path: Path, version: int) -> list[dict[str, Any]]:
+    text = (path / "_delta_log" / f"{version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines()]

@@ -99,7 +99,8 @@ def _assign_row_ids(snapshot: Snapshot, adds: Sequence[dict[str, Any]]) -> list[
     if not adds:
         return []
     return [{"domainMetadata": {"domain": ROW_TRACKING_DOMAIN,
-                                "configuration": json.dumps({"rowIdHighWaterMark": high}), "removed": False}}]
+                                "configuration": json.dumps({"rowIdHighWaterMark": high}, separators=(",", ":")),
+                                "removed": False}}]
 
 
 def _check_row_count(snapshot: Snapshot, written: Sequence[WrittenFile]) -> None:
