@@ -53,3 +53,21 @@ def test_spark_appends_after_a_compat_v2_enable_and_iceberg_reads_it(spark: Any,
     delta, _ = delta_arrow(path)
     assert delta.num_rows == 4 and 10 in delta.column("id").to_pylist()
     assert_same_rows(iceberg, delta, "compat-v2 table after a Spark append")
+
+
+def test_compat_v2_rewrite_keeps_name_mode_physical_names(spark: Any, deltalake_table: Callable[..., Path]) -> None:
+    """A partitioned name-mode table (partition values not in the files: a rewrite) keeps its physical names at
+    compat-v2; Delta on Spark appends afterwards and the validator passes."""
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", None, "c"], "part": ["x", "y", "x"]})
+    path = deltalake_table("t", data=data, partition_by=["part"], configuration={"delta.columnMapping.mode": "name"})
+    names = {f.name: f.physical_name for f in DeltaTable(str(path)).snapshot().schema.fields}
+    before = rows_of(path)
+    assert main(["enable", str(path), "--level", "compat-v2", "--mode", "rewrite"]) == 0
+    snapshot = DeltaTable(str(path)).snapshot()
+    assert snapshot.column_mapping_mode == "name"
+    assert {f.name: f.physical_name for f in snapshot.schema.fields} == names
+    assert rows_of(path) == before
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (4, 'd', 'y')")
+    report = validate(str(path), "compat-v2", data_checks=True)
+    assert report.compliant, report.to_text()
+    assert [r["id"] for r in rows_of(path)] == [1, 2, 3, 4]
