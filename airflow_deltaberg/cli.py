@@ -20,11 +20,12 @@ from typing import Any
 from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
+from airflow_deltaberg.core.enable.levels import DEFAULT_LEVEL, ENABLE_LEVELS, enable_level
 from airflow_deltaberg.core.enable.plan import EnablePlan
 from airflow_deltaberg.core.enable.run import MODES, EnableResult, enable
 from airflow_deltaberg.core.errors import DeltabergError, EnableBlockedError
 from airflow_deltaberg.core.redact import Redactor, location_text, redacting_logs, redactor_for, url_secrets
-from airflow_deltaberg.spark.local_rewrite import run_rewrite_locally
+from airflow_deltaberg.spark.local_rewrite import rewrite_runner
 from airflow_deltaberg.spark.protocol import error_document
 
 EXIT_OK = 0
@@ -154,9 +155,11 @@ def _convert(args: argparse.Namespace) -> int:
 def render_enable(result: EnableResult) -> str:
     """`deltaberg enable` as text: the plan, then what was done."""
     plan: EnablePlan = result.plan
-    lines = [f"table:    {plan.table}", f"version:  {plan.read_version} ({plan.num_files} live files)"]
+    title = enable_level(plan.level).title
+    lines = [f"table:    {plan.table}", f"level:    {plan.level} ({title})",
+             f"version:  {plan.read_version} ({plan.num_files} live files)"]
     if plan.already_enabled:
-        lines.append("state:    IcebergWriterCompatV1 is already enabled and the table passes the validator")
+        lines.append(f"state:    {title} is already enabled and the table passes the validator")
     lines += [f"rewrite:  {'needed' if plan.needs_rewrite else 'not needed'}"]
     lines += [f"  - {r}" for r in plan.reasons]
     if plan.changes:
@@ -165,6 +168,8 @@ def render_enable(result: EnableResult) -> str:
     if plan.blockers:
         lines.append("blocked by:")
         lines += [f"  - {b}" for b in plan.blockers]
+    lines.append(f"writers after enabling {plan.level}:")
+    lines += [f"  {line}" for line in plan.writers.lines()]
     done = {
         "dry-run": "dry run: nothing was written",
         "already-enabled": "nothing to do",
@@ -177,8 +182,8 @@ def render_enable(result: EnableResult) -> str:
 
 def _enable(args: argparse.Namespace) -> int:
     try:
-        result = enable(args.table, storage_options=_options(args), mode=args.mode, dry_run=args.dry_run,
-                        rewrite_runner=run_rewrite_locally)
+        result = enable(args.table, storage_options=_options(args), mode=args.mode, level=args.level,
+                        dry_run=args.dry_run, rewrite_runner=rewrite_runner(args.jars))
     except EnableBlockedError as exc:
         if args.format == "json":
             _print(args, json.dumps({"action": "refused", "error": str(exc), "plan": exc.plan.to_dict()}, indent=2))
@@ -306,13 +311,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     en = sub.add_parser(
         "enable",
-        help="enable IcebergWriterCompatV1 on a Delta table: one metadata commit when the data allows it, else a "
-        "rewrite of every live file with a local Spark (exit 0 done, 1 blocked/refused, 2 error)",
+        help="enable IcebergWriterCompatV1 (or --level) on a Delta table: one metadata commit when the data allows "
+        "it, else a rewrite of every live file with a local Spark (exit 0 done, 1 blocked/refused, 2 error); the plan "
+        "lists the known writers that can still write the table afterwards",
     )
     en.add_argument("table", help="table location: a path or a URI")
     en.add_argument("--mode", choices=MODES, default="auto",
                     help="auto: metadata-only when possible, else rewrite; metadata_only: refuse when the data must "
                     "be rewritten; rewrite: always rewrite every live file")
+    en.add_argument("--level", choices=tuple(ENABLE_LEVELS), default=DEFAULT_LEVEL,
+                    help="writer-compat-v1: IcebergWriterCompatV1 (Delta Kernel and Databricks write it, Delta on "
+                    "Spark does not); compat-v2: IcebergCompatV2 with column mapping (Delta on Spark 3.1+ writes it); "
+                    "writer-compat-v3: IcebergWriterCompatV3 with row tracking (Delta Kernel 4.4 writes it)")
+    en.add_argument("--jars", default=None, metavar="JARS",
+                    help="comma-separated jar files or folders for the local Spark of the rewrite: delta-spark and "
+                    "delta-storage (default: $DELTABERG_SPARK_JARS, else the jars scripts/fetch_jars.sh fetched into "
+                    "$DELTABERG_JARS_DIR or .jars); never resolved through Maven/Ivy unless "
+                    "$DELTABERG_SPARK_PACKAGES is set")
     en.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     en.add_argument("--format", choices=("text", "json"), default="text")
     en.set_defaults(run=_enable)

@@ -19,7 +19,7 @@ checks no table nobody chose, and only a manual run that names one runs it. It i
     TABLE_URI = (none)                              the Delta table (local path or fsspec URI)
     STORAGE_CONN_ID = (none)                        connection with the table's storage credentials
     SCHEDULE = @daily                               cron expression or preset
-    VALIDATION_LEVEL = writer-compat-v1             compat-v1, compat-v2, writer-compat-v1, compat-v3 or writer-compat-v3
+    VALIDATION_LEVEL = writer-compat-v1             compat-v1, compat-v2, compat-v3, writer-compat-v1 or -v3
     SAMPLE_FILES = 20                               data files whose Parquet footers the data checks read
     ALERT_EMAIL = data-platform@example.com         recipients, comma-separated
     SMTP_CONN_ID = smtp_default                     SMTP connection (host, port, login; extra: from_email)

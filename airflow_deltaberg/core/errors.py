@@ -154,6 +154,11 @@ class ComplianceViolationError(DeltabergError):
         return (type(self), (self.report,))
 
 
+class SparkStartError(DeltabergError):
+    """A local Spark could not start: the jars or the Java it needs are missing, or its JVM exited. The message
+    names what was looked for and where."""
+
+
 class RoaringFormatError(ValueError):
     """Bytes that are not a valid serialized roaring bitmap (truncated, unsorted, unknown cookie)."""
 

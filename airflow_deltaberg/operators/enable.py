@@ -1,5 +1,5 @@
-"""DeltaEnableIcebergWriterCompatOperator: enables IcebergWriterCompatV1 with the core planner; the data rewrite
-is submitted as a Spark application through the Spark provider's SparkSubmitHook."""
+"""DeltaEnableIcebergWriterCompatOperator: enables IcebergWriterCompatV1 (or another level) with the core planner;
+the data rewrite is submitted as a Spark application through the Spark provider's SparkSubmitHook."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_deltaberg.core.enable.commit import find_enable_commit
+from airflow_deltaberg.core.enable.levels import DEFAULT_LEVEL, enable_level
 from airflow_deltaberg.core.enable.plan import EnablePlan
 from airflow_deltaberg.core.enable.rewrite.result import RewriteResult
 from airflow_deltaberg.core.enable.run import MODES, enable
@@ -42,9 +43,10 @@ def _parse_bool(value: Any, name: str) -> bool:
 
 
 class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
-    """Enable IcebergWriterCompatV1 on a Delta table.
+    """Enable IcebergWriterCompatV1 (or the ``level`` given) on a Delta table.
 
-    The plan (``EnablePlan.to_dict()``: what changes, whether and why the data must be rewritten, blockers) is
+    The plan (``EnablePlan.to_dict()``: what changes, whether and why the data must be rewritten, blockers, and
+    under ``writers`` the known writers that can still write the table afterwards and those that will refuse) is
     pushed to XCom under ``enable_plan`` before anything is written; the result (``EnableResult.to_dict()``:
     action ``dry-run``, ``already-enabled``, ``metadata-only`` or ``rewrite``, committed version, plan) is the
     ``return_value``. ``mode``: ``auto`` (one metadata commit when no data rewrite is needed, else the
@@ -61,6 +63,9 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
 
     :param table_uri: the Delta table location (local path or fsspec URI). Templated.
     :param mode: ``auto``, ``metadata_only`` or ``rewrite``. Templated.
+    :param level: ``writer-compat-v1`` (IcebergWriterCompatV1, the default; Delta on Spark cannot write the table
+        afterwards), ``compat-v2`` (IcebergCompatV2 with column mapping; Delta on Spark 3.1+ writes it) or
+        ``writer-compat-v3`` (IcebergWriterCompatV3 with row tracking). Templated.
     :param dry_run: plan only, write nothing. Templated (``"True"``/``"False"`` render to booleans).
     :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook); None for none.
     :param spark_conn_id: the Spark connection of the rewrite. Templated.
@@ -70,8 +75,8 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
     :param spark_submit_kwargs: further SparkSubmitHook arguments (executor_memory, env_vars, ...).
     """
 
-    template_fields: Sequence[str] = ("table_uri", "mode", "dry_run", "spark_conn_id", "spark_conf", "spark_jars",
-                                      "spark_packages")
+    template_fields: Sequence[str] = ("table_uri", "mode", "level", "dry_run", "spark_conn_id", "spark_conf",
+                                      "spark_jars", "spark_packages")
     template_fields_renderers = {"spark_conf": "json"}
     ui_color = "#fde8c8"
 
@@ -80,6 +85,7 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         *,
         table_uri: str,
         mode: str = "auto",
+        level: str = DEFAULT_LEVEL,
         dry_run: bool | str = False,
         deltaberg_conn_id: str | None = None,
         spark_conn_id: str = "spark_default",
@@ -92,6 +98,7 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         super().__init__(**kwargs)
         self.table_uri = table_uri
         self.mode = mode
+        self.level = level
         self.dry_run = dry_run
         self.deltaberg_conn_id = deltaberg_conn_id
         self.spark_conn_id = spark_conn_id
@@ -106,20 +113,22 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
             if self.mode not in MODES:
                 raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
             dry_run = _parse_bool(self.dry_run, "dry_run")
+            level = enable_level(self.level).name
         except ValueError as exc:
             raise AirflowFailException(f"DeltaEnableIcebergWriterCompatOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
 
         def publish(plan: EnablePlan) -> None:
             context["ti"].xcom_push(key=PLAN_XCOM_KEY, value=plan.to_dict())
-            self.log.info("Plan for %s at version %s: rewrite %s%s%s", plan.table, plan.read_version,
-                          "needed" if plan.needs_rewrite else "not needed",
+            self.log.info("Plan for %s at version %s (level %s): rewrite %s%s%s\nWriters after enabling %s:%s",
+                          plan.table, plan.read_version, plan.level, "needed" if plan.needs_rewrite else "not needed",
                           "".join(f"\n  reason: {r}" for r in plan.reasons),
-                          "".join(f"\n  blocked by: {b}" for b in plan.blockers))
+                          "".join(f"\n  blocked by: {b}" for b in plan.blockers), plan.level,
+                          "".join(f"\n  {line}" for line in plan.writers.lines()))
 
         try:
-            result = enable(self.table_uri, storage_options=storage_options, mode=self.mode, dry_run=dry_run,
-                            rewrite_runner=self._submit_rewrite, on_plan=publish)
+            result = enable(self.table_uri, storage_options=storage_options, mode=self.mode, level=level,
+                            dry_run=dry_run, rewrite_runner=self._submit_rewrite, on_plan=publish)
         except CommitConflictError:
             raise  # running again re-plans on the table as the other writer left it
         except DeltabergError as exc:  # the rewrite job's errors arrive as their own classes (spark.protocol)
@@ -130,13 +139,14 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
 
     # -- the rewrite through SparkSubmit ------------------------------------------------------------------
 
-    def _submit_rewrite(self, location: str, read_version: int, storage_options: Mapping[str, Any] | None
-                        ) -> tuple[int, dict[str, Any]]:
+    def _submit_rewrite(self, location: str, read_version: int, storage_options: Mapping[str, Any] | None,
+                        level: str = DEFAULT_LEVEL) -> tuple[int, dict[str, Any]]:
         kwargs = dict(self.spark_submit_kwargs)
         target = spark_target(self.spark_conn_id, deploy_mode=kwargs.get("deploy_mode"),
                               spark_binary=kwargs.get("spark_binary"))
         with SparkApplicationRun(target, "deltaberg-enable-") as run:
-            args = ["--table", location, "--read-version", str(read_version), "--result-file", run.result_location]
+            args = ["--table", location, "--read-version", str(read_version), "--level", level,
+                    "--result-file", run.result_location]
             if storage_options:
                 args += ["--storage-options-json", run.settings_argument("--storage-options-json", storage_options)]
             self._hook = SparkSubmitHook(

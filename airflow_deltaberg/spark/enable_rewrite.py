@@ -1,8 +1,8 @@
-"""PySpark application: rewrite every live data file of a Delta table so that IcebergWriterCompatV1 can be
-enabled, and commit the switch in one commit.
+"""PySpark application: rewrite every live data file of a Delta table so that IcebergWriterCompatV1 (or the
+``--level`` given: compat-v2, writer-compat-v3) can be enabled, and commit the switch in one commit.
 
     spark-submit --jars delta-spark.jar,delta-storage.jar enable_rewrite.py --table LOCATION --read-version N
-        [--storage-options-json JSON|@FILE] [--result-file PATH]
+        [--level LEVEL] [--storage-options-json JSON|@FILE] [--result-file PATH]
 
 Steps: plan the enable at ``read_version`` (refused when the plan has blockers); read the table at that version
 with Delta on Spark (deletion vectors applied, column mapping resolved); write every row again from the
@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.enable.commit import commit_rewrite
+from airflow_deltaberg.core.enable.levels import DEFAULT_LEVEL, ENABLE_LEVELS, enable_level
 from airflow_deltaberg.core.enable.plan import plan_enable
 from airflow_deltaberg.core.enable.rewrite.files import (
     WRITTEN_FILES_DDL,
@@ -95,6 +96,7 @@ def run_rewrite(
     read_version: int,
     storage_options: Mapping[str, Any] | None = None,
     *,
+    level: str = DEFAULT_LEVEL,
     before_commit: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
 ) -> RewriteResult:
     """Rewrite the live files of the table at ``location`` as of ``read_version`` and commit the enable.
@@ -107,9 +109,10 @@ def run_rewrite(
     table = DeltaTable(location, storage_options)
     snapshot = table.snapshot(read_version)
     # The footers need not be read: every file is rewritten whatever they hold.
-    plan = plan_enable(snapshot, storage=table.storage, footer_checks=False)
+    target = enable_level(level)
+    plan = plan_enable(snapshot, level=target, storage=table.storage, footer_checks=False)
     if plan.blockers:
-        raise EnableBlockedError(f"IcebergWriterCompatV1 cannot be enabled: {'; '.join(plan.blockers)}", plan)
+        raise EnableBlockedError(f"{target.title} cannot be enabled: {'; '.join(plan.blockers)}", plan)
     spec = RewriteSpec(
         location=table.location,
         schema_string=plan.metadata["schemaString"],
@@ -148,6 +151,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="enable_rewrite.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, help="table location (path or URI)")
     parser.add_argument("--read-version", required=True, type=int, help="the version the enable was planned at")
+    parser.add_argument("--level", choices=tuple(ENABLE_LEVELS), default=DEFAULT_LEVEL,
+                        help="the level to enable (default %(default)s)")
     add_protocol_arguments(parser)
     return parser.parse_args(argv)
 
@@ -180,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_application(
             "enable rewrite", args.result_file,
-            lambda: run_rewrite(spark, args.table, args.read_version, storage_options).to_dict(), storage_options,
+            lambda: run_rewrite(spark, args.table, args.read_version, storage_options, level=args.level).to_dict(),
+            storage_options,
         )
     finally:
         spark.stop()

@@ -1,56 +1,134 @@
 """The enable rewrite in this process, with a local SparkSession: the rewrite runner `deltaberg enable` gives
-core's ``enable`` (Airflow submits the same application through SparkSubmit instead)."""
+core's ``enable`` (Airflow submits the same application through SparkSubmit instead).
+
+The session puts Delta on Spark's jars on its classpath from files, never through Spark's Ivy resolution (which
+depends on ~/.m2 and ~/.ivy2 and the network): the jars given (``--jars``, ``$DELTABERG_SPARK_JARS``), else those
+``scripts/fetch_jars.sh`` fetched (``$DELTABERG_JARS_DIR``, else ``.jars`` of a source checkout). Maven coordinates
+are resolved by Spark only when ``$DELTABERG_SPARK_PACKAGES`` asks for it. When the jars or Java are missing, or
+the JVM does not start, SparkStartError says which jars and which Java were needed, in one line.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import shutil
 import sys
 from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.enable.levels import DEFAULT_LEVEL
+from airflow_deltaberg.core.errors import DeltabergError, SparkStartError
+
+#: Jars for the local session: comma-separated jar files and/or folders holding them.
+SPARK_JARS_ENV = "DELTABERG_SPARK_JARS"
+#: The folder scripts/fetch_jars.sh fills (relative paths are taken from the source checkout's root).
+JARS_DIR_ENV = "DELTABERG_JARS_DIR"
+#: Maven coordinates for Spark's own resolution (Ivy): only when set.
+SPARK_PACKAGES_ENV = "DELTABERG_SPARK_PACKAGES"
+#: The jars Delta on Spark needs, as file name patterns (matching the pinned pyspark 4.1).
+DELTA_JARS = ("delta-spark_*.jar", "delta-storage-*.jar")
+DELTA_JAR_NAMES = "delta-spark_4.1_2.13-4.4.0.jar and delta-storage-4.4.0.jar"
+_CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_rewrite_locally(location: str, read_version: int, storage_options: Mapping[str, Any] | None
-                        ) -> tuple[int, dict[str, Any]]:
-    """The rewrite in this process with a local SparkSession: a ``core.enable.run.RewriteRunner``."""
+def run_rewrite_locally(location: str, read_version: int, storage_options: Mapping[str, Any] | None,
+                        level: str = DEFAULT_LEVEL, *, jars: str | None = None) -> tuple[int, dict[str, Any]]:
+    """The rewrite in this process with a local SparkSession: a ``core.enable.run.RewriteRunner`` (``jars``:
+    comma-separated jar files or folders for a new session; see the module docstring)."""
     try:
         # Lazy: pyspark and a JVM are only needed for the rewrite path.
         from airflow_deltaberg.spark.enable_rewrite import run_rewrite
     except ImportError as exc:
         raise DeltabergError(f"the data rewrite needs pyspark and airflow_deltaberg.spark.enable_rewrite ({exc}); "
                              f"table {location}, version {read_version}") from exc
-    result = run_rewrite(local_spark_session(), location, read_version, storage_options=storage_options)
+    result = run_rewrite(local_spark_session(jars), location, read_version, storage_options=storage_options,
+                         level=level)
     return int(result.version), result.to_dict()
 
 
-#: Jars for the local session: a comma-separated list of jar paths, else Maven coordinates resolved by Spark.
-SPARK_JARS_ENV = "DELTABERG_SPARK_JARS"
-SPARK_PACKAGES_ENV = "DELTABERG_SPARK_PACKAGES"
-DEFAULT_SPARK_PACKAGES = "io.delta:delta-spark_4.1_2.13:4.4.0"  # matches the pinned pyspark 4.1
+def rewrite_runner(jars: str | None = None) -> Any:
+    """``run_rewrite_locally`` with its jars fixed (what the CLI passes to ``enable``)."""
+    return partial(run_rewrite_locally, jars=jars)
 
 
-def local_spark_session() -> Any:
-    """The active SparkSession, or a new local one with Delta on Spark (jars from $DELTABERG_SPARK_JARS, else
-    packages from $DELTABERG_SPARK_PACKAGES or Maven Central)."""
+def _default_jars_dir() -> Path:
+    configured = os.environ.get(JARS_DIR_ENV)
+    if configured:
+        return (_CHECKOUT_ROOT / configured).resolve()  # an absolute path stays as it is
+    return _CHECKOUT_ROOT / ".jars"
+
+
+def delta_jars(jars: str | None = None) -> list[str]:
+    """The jar files of the local session: from ``jars`` or $DELTABERG_SPARK_JARS (comma-separated files or
+    folders; every jar of a file list, the Delta jars of a folder), else the Delta jars in the fetched jars folder.
+    SparkStartError when a file is missing or the Delta jars are not among them."""
+    spec = jars or os.environ.get(SPARK_JARS_ENV)
+    entries = [e.strip() for e in spec.split(",") if e.strip()] if spec else [str(_default_jars_dir())]
+    where = ", ".join(entries)
+    found: list[str] = []
+    for entry in entries:
+        path = Path(entry).expanduser()
+        if path.is_dir():
+            found += sorted(str(p) for p in path.glob("*.jar") if any(fnmatch.fnmatch(p.name, d) for d in DELTA_JARS))
+        elif path.is_file():
+            found.append(str(path))
+        else:
+            raise SparkStartError(f"the local Spark of the enable rewrite needs {DELTA_JAR_NAMES}: {entry} does not "
+                                  "exist (pass --jars with their files or folder, or run scripts/fetch_jars.sh)")
+    missing = [d for d in DELTA_JARS if not any(fnmatch.fnmatch(Path(f).name, d) for f in found)]
+    if missing:
+        raise SparkStartError(f"the local Spark of the enable rewrite needs {DELTA_JAR_NAMES}: no "
+                              f"{' or '.join(missing)} in {where} (pass --jars with their files or folder, or run "
+                              "scripts/fetch_jars.sh)")
+    return found
+
+
+def java_executable() -> str:
+    """The java Spark will start ($JAVA_HOME's, else PATH's); SparkStartError naming what was looked at."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = Path(home) / "bin" / "java"
+        if not candidate.is_file():
+            raise SparkStartError(f"the local Spark of the enable rewrite needs Java 17 or later: JAVA_HOME={home} "
+                                  "has no bin/java (set JAVA_HOME to a JDK or unset it to use java from PATH)")
+        return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise SparkStartError("the local Spark of the enable rewrite needs Java 17 or later: JAVA_HOME is unset and "
+                              "no java is on PATH")
+    return found
+
+
+def local_spark_session(jars: str | None = None) -> Any:
+    """The active SparkSession, or a new local one with Delta on Spark (see the module docstring)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    packages = None if jars or os.environ.get(SPARK_JARS_ENV) else os.environ.get(SPARK_PACKAGES_ENV)
+    jar_files = [] if packages else delta_jars(jars)
+    java = java_executable()
     # Local Python workers (the rewrite writes files from them) must run this interpreter and its packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(os.environ.get("DELTABERG_SPARK_MASTER", "local[*]")).appName(
         "deltaberg-enable")
-    jars = os.environ.get(SPARK_JARS_ENV)
-    if jars:
-        builder = builder.config("spark.jars", jars)
-    else:
-        builder = builder.config("spark.jars.packages", os.environ.get(SPARK_PACKAGES_ENV, DEFAULT_SPARK_PACKAGES))
-    return (
-        builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    builder = (builder.config("spark.jars.packages", packages) if packages
+               else builder.config("spark.jars", ",".join(jar_files)))
+    try:
+        return (
+            builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+    except Exception as exc:  # noqa: BLE001 - pyspark raises PySparkRuntimeError, py4j errors, OSError...
+        condition = getattr(exc, "getCondition", lambda: None)() or type(exc).__name__
+        needed = f"packages {packages}" if packages else f"jars {', '.join(jar_files)}"
+        raise SparkStartError(f"the local Spark of the enable rewrite did not start ({condition}); it needed Java "
+                              f"{java} and the {needed}") from exc

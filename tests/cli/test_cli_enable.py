@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support.cli import run_deltaberg
+from support.cli import DELTABERG, run_deltaberg
 from support.tables import id_mode_table, log_bytes, rows_of
 
 from airflow_deltaberg.core.compat import validate
@@ -85,3 +87,94 @@ def test_not_a_table_is_an_error(tmp_path: Path) -> None:
     result = run_deltaberg("enable", str(tmp_path / "missing"))
     assert result.returncode == 2
     assert "NotADeltaTableError" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- levels and the writers they leave -------------------------------------------------------------------------
+
+
+def test_dry_run_lists_the_writers_of_each_level(deltalake_table: Callable[..., Path]) -> None:
+    path = deltalake_table("t")
+    before = log_bytes(path)
+    default = run_deltaberg("enable", str(path), "--dry-run")
+    assert default.returncode == 0, default.stderr
+    text = default.stdout
+    assert "level:    writer-compat-v1 (IcebergWriterCompatV1)" in text
+    can, refuse = text.split("can still write:")[1].split("will refuse to write:")
+    assert "Delta Kernel (Java) 4.4.0: writes" in can and "Delta on Spark 4.4.0" not in can
+    assert "Delta on Spark 4.4.0 (Spark 4.1): refuses (DELTA_UNSUPPORTED_FEATURES_FOR_WRITE" in refuse
+    assert "deltalake (delta-rs) 1.6.6: refuses" in refuse
+
+    v2 = run_deltaberg("enable", str(path), "--dry-run", "--level", "compat-v2", "--format", "json")
+    assert v2.returncode == 0, v2.stderr
+    plan = json.loads(v2.stdout)["plan"]
+    assert plan["level"] == "compat-v2"
+    assert [e["engine"] for e in plan["writers"]["can_write"]][:1] == ["delta-spark-4.4"]
+    assert "deltalake-1.6" in [e["engine"] for e in plan["writers"]["will_refuse"]]
+    config = plan["metadata"]["configuration"]
+    assert config["delta.enableIcebergCompatV2"] == "true" and "delta.enableIcebergWriterCompatV1" not in config
+    assert "icebergWriterCompatV1" not in plan["protocol"]["writerFeatures"]
+
+    v3 = run_deltaberg("enable", str(path), "--dry-run", "--level", "writer-compat-v3", "--format", "json")
+    assert v3.returncode == 0, v3.stderr
+    plan = json.loads(v3.stdout)["plan"]
+    assert {"icebergCompatV3", "icebergWriterCompatV3", "rowTracking", "domainMetadata"} <= set(
+        plan["protocol"]["writerFeatures"])
+    assert "row-tracking" in [r.split(":")[0] for r in plan["reasons"]]
+    assert log_bytes(path) == before
+
+    bad = run_deltaberg("enable", str(path), "--level", "compat-v9")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    assert log_bytes(path) == before
+
+
+def test_compat_v2_on_an_empty_table(deltalake_table: Callable[..., Path], rows: pa.Table) -> None:
+    """compat-v2 keeps byte/short and does not block on change data feed (IcebergWriterCompatV1 would)."""
+    data = rows.slice(0, 0).append_column("small", pa.array([], pa.int16()))
+    path = deltalake_table("t", data=data, configuration={"delta.enableChangeDataFeed": "true"})
+    assert run_deltaberg("enable", str(path), "--dry-run").returncode == 1  # blocked at writer-compat-v1
+    result = run_deltaberg("enable", str(path), "--level", "compat-v2", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["action"] == "metadata-only"
+    report = validate(str(path), "compat-v2", data_checks=True)
+    assert report.compliant, report.to_text()
+    assert not validate(str(path), "writer-compat-v1").compliant
+    from airflow_deltaberg.core.delta import DeltaTable
+
+    assert DeltaTable(str(path)).snapshot().schema.field("small").type.name == "short"
+
+
+# -- the local Spark of the rewrite: jars and Java, one clear line when missing -------------------------------
+
+
+def _enable_needing_rewrite(path: Path, *args: str, env: dict[str, str] | None = None
+                            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DELTABERG, "enable", str(path), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_missing_delta_jars_are_one_line(deltalake_table: Callable[..., Path], tmp_path: Path) -> None:
+    path = deltalake_table("t")
+    before = log_bytes(path)
+    empty = tmp_path / "no-jars"
+    empty.mkdir()
+    for args, env in ((["--jars", str(empty)], {}), ([], {"DELTABERG_JARS_DIR": str(empty)}),
+                      (["--jars", str(tmp_path / "absent.jar")], {})):
+        result = _enable_needing_rewrite(path, *args, env=env)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("deltaberg enable: SparkStartError: the local Spark of the enable rewrite needs "
+                                   "delta-spark_4.1_2.13-4.4.0.jar and delta-storage-4.4.0.jar"), lines[0]
+        assert "--jars" in lines[0] and "scripts/fetch_jars.sh" in lines[0]
+    assert log_bytes(path) == before
+
+
+def test_missing_java_is_one_line(deltalake_table: Callable[..., Path], tmp_path: Path) -> None:
+    path = deltalake_table("t")
+    before = log_bytes(path)
+    result = _enable_needing_rewrite(path, env={"JAVA_HOME": str(tmp_path / "no-jdk")})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"deltaberg enable: SparkStartError: the local Spark of the enable rewrite needs Java 17 or later: "
+        f"JAVA_HOME={tmp_path / 'no-jdk'} has no bin/java (set JAVA_HOME to a JDK or unset it to use java from PATH)"]
+    assert log_bytes(path) == before

@@ -44,8 +44,50 @@ def test_dry_run_pushes_the_plan_and_writes_nothing(run_dag: Callable[..., Any],
     assert plan["table"] == str(path) and plan["read_version"] == 0
     assert plan["needs_rewrite"] is True
     assert [r.split(":")[0] for r in plan["reasons"]] == ["no-column-mapping", "partition-values-not-materialized"]
+    # The default level, and what it costs: which known writers can still write the table afterwards.
+    assert plan["level"] == "writer-compat-v1"
+    assert engines(plan, "can_write") == ["delta-kernel-4.4", "databricks"]
+    assert {"delta-spark-4.4", "deltalake-1.6"} <= set(engines(plan, "will_refuse"))
     returned = result.xcom("enable")
     assert returned["action"] == "dry-run" and returned["plan"] == plan
+    assert log_bytes(path) == before
+
+
+def engines(plan: dict[str, Any], which: str) -> list[str]:
+    return [entry["engine"] for entry in plan["writers"][which]]
+
+
+def test_compat_v2_level(run_dag: Callable[..., Any], dag_id: str, deltalake_table: Callable[..., Path],
+                         rows: pa.Table) -> None:
+    """level=compat-v2 on an empty table: IcebergCompatV2 only (no IcebergWriterCompatV1), and the plan says Delta
+    on Spark still writes the table."""
+    path = deltalake_table("t", data=rows.slice(0, 0))
+    with make_dag(dag_id) as dag:
+        DeltaEnableIcebergWriterCompatOperator(task_id="enable", table_uri=str(path), level="{{ 'compat-v2' }}")
+    result = run_dag(dag)
+    assert result.state == "success"
+    returned = result.xcom("enable")
+    assert (returned["action"], returned["committed_version"]) == ("metadata-only", 1)
+    plan = result.xcom("enable", PLAN_XCOM_KEY)
+    assert plan["level"] == "compat-v2"
+    assert "delta-spark-4.4" in engines(plan, "can_write") and "deltalake-1.6" in engines(plan, "will_refuse")
+    snapshot = DeltaTable(str(path)).snapshot()
+    assert snapshot.metadata.bool_property("delta.enableIcebergCompatV2")
+    assert not snapshot.metadata.bool_property("delta.enableIcebergWriterCompatV1")
+    assert "icebergWriterCompatV1" not in snapshot.protocol.effective_writer_features
+    assert validate(str(path), "compat-v2", data_checks=True).compliant
+
+
+def test_bad_level_fails_without_retries(run_dag: Callable[..., Any], dag_id: str,
+                                         deltalake_table: Callable[..., Path]) -> None:
+    path = deltalake_table("t")
+    before = log_bytes(path)
+    with make_dag(dag_id) as dag:
+        DeltaEnableIcebergWriterCompatOperator(task_id="enable", table_uri=str(path), level="compat-v9", retries=2,
+                                               retry_delay=NO_DELAY)
+    result = run_dag(dag)
+    assert result.ti("enable").state == "failed" and result.ti("enable").try_number == 1
+    assert result.xcom("enable", PLAN_XCOM_KEY) is None
     assert log_bytes(path) == before
 
 
@@ -118,6 +160,8 @@ def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], 
     assert after == before  # the int8 values come back as the same integers
     assert DeltaTable(str(path)).snapshot().schema.field("small").type.name == "integer"
     assert_secret_only_in_private_files(spark_submit_commands, STORAGE_SECRET)
+    command = spark_submit_commands[0]["command"]
+    assert command[command.index("--level") + 1] == "writer-compat-v1"
 
 
 @pytest.mark.spark

@@ -4,12 +4,16 @@ process: the command reuses the active SparkSession, the test run's one)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.cli import DELTABERG
 from support.tables import id_mode_table, rows_of
 
 from airflow_deltaberg.cli import main
@@ -63,3 +67,28 @@ def test_forced_rewrite_of_a_table_that_needs_none(spark: Any, tmp_path: Path,
     assert validate(str(path), data_checks=True).compliant
     assert rows_of(path) == before
     assert not old_files & set(DeltaTable(str(path)).snapshot().files.column("path").to_pylist())
+
+
+def test_shell_enable_uses_the_fetched_jars_not_ivy(deltalake_table: Callable[..., Path], tmp_path: Path) -> None:
+    """`deltaberg enable` from a shell (its own process and JVM) with a ~/.m2 that holds Delta's pom but not its
+    jar - where Spark's Ivy resolution fails with JAVA_GATEWAY_EXITED: the local Spark takes the jars
+    scripts/fetch_jars.sh fetched, never asks Ivy (no ~/.ivy2 appears), and the enable rewrites the table."""
+    home = tmp_path / "home"
+    pom_dir = home / ".m2/repository/io/delta/delta-spark_4.1_2.13/4.4.0"
+    pom_dir.mkdir(parents=True)
+    (pom_dir / "delta-spark_4.1_2.13-4.4.0.pom").write_text(
+        "<project><modelVersion>4.0.0</modelVersion><groupId>io.delta</groupId>"
+        "<artifactId>delta-spark_4.1_2.13</artifactId><version>4.4.0</version></project>")
+    path = deltalake_table("t", data=pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", None]}))
+    before = rows_of(path)
+    env = {**os.environ, "HOME": str(home), "PYSPARK_PYTHON": sys.executable}
+    env.pop("DELTABERG_SPARK_PACKAGES", None)
+    env.pop("DELTABERG_SPARK_JARS", None)
+    result = subprocess.run([DELTABERG, "enable", str(path), "--format", "json"], capture_output=True, text=True,
+                            timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["action"] == "rewrite"
+    assert "ivy" not in result.stderr.lower()
+    assert not (home / ".ivy2").exists() and not (home / ".ivy2.5.2").exists()
+    assert rows_of(path) == before
+    assert validate(str(path), data_checks=True).compliant

@@ -1,9 +1,11 @@
-"""The commits enabling IcebergWriterCompatV1 writes: the metadata-only one (the plan's protocol and metadata)
-and the rewrite's (the same with a ``remove`` for every old live file and an ``add`` for every new one), both
-through the conflict-checked commit writer; and finding the enable commit made from a read version."""
+"""The commits an enable writes (at the plan's level): the metadata-only one (the plan's protocol and metadata)
+and the rewrite's (the same with a ``remove`` for every old live file and an ``add`` for every new one, plus base
+row ids when the level turns row tracking on), both through the conflict-checked commit writer; and finding the
+enable commit made from a read version."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.table import DeltaTable
+from airflow_deltaberg.core.enable.levels import ROW_TRACKING_DOMAIN, enable_level
 from airflow_deltaberg.core.enable.plan import EnablePlan
 from airflow_deltaberg.core.enable.rewrite.actions import add_action, remove_actions
 from airflow_deltaberg.core.enable.rewrite.files import WrittenFile
@@ -54,11 +57,14 @@ def commit_rewrite(
     paths = [f.path for f in written]
     try:
         _check_row_count(snapshot, written)
+        row_tracking = enable_level(plan.level).row_tracking
+        adds = [add_action(f) for f in written]
         actions = [
             {"protocol": plan.protocol},
             {"metaData": plan.metadata},
             *remove_actions(snapshot.files, int(time.time() * 1000)),
-            *(add_action(f) for f in written),
+            *adds,
+            *(_assign_row_ids(snapshot, adds) if row_tracking else []),
         ]
         if before_commit is not None:
             before_commit(actions)
@@ -67,13 +73,34 @@ def commit_rewrite(
         raise
     parameters = {"mode": "rewrite", "filesRemoved": snapshot.num_files, "filesAdded": len(written)}
     try:
+        # With row tracking the adds carry the commit's version (defaultRowCommitVersion): no retry elsewhere.
         return commit_with_conflict_check(table, actions, read_version=snapshot.version, operation=OPERATION,
-                                          parameters=parameters)
+                                          parameters=parameters, max_attempts=1 if row_tracking else 3)
     except CommitConflictError:
         # Certainly not committed (write-if-absent refused or a conflict was found): the files are garbage. Any
         # other failure may have left the commit written, so its files stay.
         delete_files(table.location, paths, storage_options)
         raise
+
+
+def _assign_row_ids(snapshot: Snapshot, adds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every new file a base row id (counting up from the table's high-water mark) and this commit's version
+    as its default row commit version; returns the ``domainMetadata`` action with the new high-water mark
+    (Delta protocol, "Row Tracking")."""
+    domain = snapshot.domain_metadata.get(ROW_TRACKING_DOMAIN)
+    high = -1
+    if domain is not None and not domain.removed:
+        high = int(json.loads(domain.configuration or "{}").get("rowIdHighWaterMark", -1))
+    for action in adds:
+        body = action["add"]
+        body["baseRowId"] = high + 1
+        body["defaultRowCommitVersion"] = snapshot.version + 1
+        high += int(json.loads(body["stats"]).get("numRecords", 0)) if body.get("stats") else 0
+    if not adds:
+        return []
+    return [{"domainMetadata": {"domain": ROW_TRACKING_DOMAIN,
+                                "configuration": json.dumps({"rowIdHighWaterMark": high}, separators=(",", ":")),
+                                "removed": False}}]
 
 
 def _check_row_count(snapshot: Snapshot, written: Sequence[WrittenFile]) -> None:

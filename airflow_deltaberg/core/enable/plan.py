@@ -1,5 +1,7 @@
-"""The plan of enabling IcebergWriterCompatV1 on an existing table: the target protocol and metadata, what
-changes, whether the data must be rewritten and why (reason codes), and what blocks it."""
+"""The plan of enabling a level (IcebergWriterCompatV1 by default, IcebergCompatV2 or IcebergWriterCompatV3; see
+core.enable.levels) on an existing table: the target protocol and metadata, what changes, whether the data must
+be rewritten and why (reason codes), what blocks it, and which known writers can still write the table after
+(core.enable.writers)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,16 @@ from airflow_deltaberg.core.compat.validate import validate_snapshot
 from airflow_deltaberg.core.delta.schema import PrimitiveType, nested_slots
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.table import DeltaTable
+from airflow_deltaberg.core.enable.levels import (
+    ROW_ID_COLUMN,
+    ROW_TRACKING,
+    WRITER_COMPAT_V1,
+    EnableLevel,
+    enable_level,
+    materialized_row_columns,
+)
 from airflow_deltaberg.core.enable.schema import writer_compat_schema
+from airflow_deltaberg.core.enable.writers import WriterImpact, impact
 from airflow_deltaberg.core.storage import Storage, open_storage
 
 # Reason codes: every reason string starts with one of them, then ": " and the details.
@@ -33,6 +44,7 @@ NUM_RECORDS = "missing-num-records"
 NESTED_IDS = "nested-ids"
 FIELD_IDS = "parquet-field-ids"
 INT96 = "int96-timestamps"
+ROW_TRACKING_IDS = "row-tracking"
 
 # Features dropped from the protocol (not in the IcebergWriterCompatV1 allowlist, and made inactive here).
 DROPPABLE = {
@@ -42,11 +54,17 @@ DROPPABLE = {
     # Writer-only; IcebergCompatV2 (enabled here) supersedes it and the two must not be active together.
     "icebergCompatV1": "delta.enableIcebergCompatV1",
 }
-ENABLE_PROPERTIES = {
-    "delta.columnMapping.mode": "id",
-    "delta.enableIcebergCompatV2": "true",
-    "delta.enableIcebergWriterCompatV1": "true",
+#: What IcebergWriterCompatV3 drops besides: the V2 family, which the V3 one supersedes.
+DROPPABLE_AT_V3 = {
+    "icebergCompatV2": "delta.enableIcebergCompatV2",
+    "icebergWriterCompatV1": "delta.enableIcebergWriterCompatV1",
 }
+#: Features IcebergWriterCompatV3 allows beyond IcebergWriterCompatV1's allowlist.
+ALLOWED_AT_V3 = frozenset({"icebergCompatV3", "icebergWriterCompatV3", "rowTracking", "domainMetadata"})
+
+
+def _droppable(target: EnableLevel) -> dict[str, str]:
+    return {**DROPPABLE, **DROPPABLE_AT_V3} if target.row_tracking else DROPPABLE
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,13 @@ class EnablePlan:
     changes: tuple[str, ...] = ()
     already_enabled: bool = False
     num_files: int = 0
+    level: str = WRITER_COMPAT_V1.name
+
+    @property
+    def writers(self) -> WriterImpact:
+        """The known writers that can still write the table after the enable, those that will refuse, and
+        what known readers do (core.enable.writers)."""
+        return impact(self.level)
 
     @property
     def reason_codes(self) -> tuple[str, ...]:
@@ -80,6 +105,7 @@ class EnablePlan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
+            "level": self.level,
             "read_version": self.read_version,
             "already_enabled": self.already_enabled,
             "needs_rewrite": self.needs_rewrite,
@@ -89,6 +115,7 @@ class EnablePlan:
             "num_files": self.num_files,
             "protocol": self.protocol,
             "metadata": self.metadata,
+            "writers": self.writers.to_dict(),
         }
 
 
@@ -104,8 +131,26 @@ def _listed(paths: list[str], limit: int = 5) -> str:
 # -- blockers -----------------------------------------------------------------------------------------------
 
 
-def _blockers(snapshot: Snapshot) -> list[str]:
-    """Active features IcebergWriterCompatV1 forbids that this project will not turn off for the user."""
+def _blockers(snapshot: Snapshot, target: EnableLevel) -> list[str]:
+    """Active features the level forbids that this project will not turn off for the user."""
+    md = snapshot.metadata
+    out = []
+    if target.strict:
+        out += _strict_blockers(snapshot, target)
+    for path, f in snapshot.schema.walk():
+        for suffix, t in [("", f.type), *nested_slots(f.type)]:
+            if isinstance(t, PrimitiveType) and not t.is_decimal and t.name not in V2_PRIMITIVES:
+                out.append(f"column {'.'.join(path)}{suffix} has type {t.name}, which IcebergCompatV2 does not "
+                           "allow")
+    unknown = [c for c in md.partition_columns if c not in snapshot.schema.names]
+    if unknown:
+        out.append(f"partition column(s) {', '.join(unknown)} are not in the schema")
+    return out
+
+
+def _strict_blockers(snapshot: Snapshot, target: EnableLevel) -> list[str]:
+    """What the writer-compat levels forbid: change data feed, constraints, invariants, identity, generated and
+    collated columns, features outside the allowlist."""
     md = snapshot.metadata
     out = []
     if md.bool_property("delta.enableChangeDataFeed"):
@@ -125,35 +170,44 @@ def _blockers(snapshot: Snapshot) -> list[str]:
             out.append(f"column {where} is a generated column: recreate it without GENERATED ALWAYS AS")
         if COLLATIONS_KEY in f.metadata:
             out.append(f"column {where} is collated: collations are not allowed")
-        for suffix, t in [("", f.type), *nested_slots(f.type)]:
-            if isinstance(t, PrimitiveType) and not t.is_decimal and t.name not in V2_PRIMITIVES:
-                out.append(f"column {where}{suffix} has type {t.name}, which IcebergCompatV2 does not allow")
     features = snapshot.protocol.effective_reader_features | snapshot.protocol.effective_writer_features
-    for name in sorted(features - ALLOWED_FEATURES - ALLOWED_IF_INACTIVE - DROPPABLE.keys()):
-        out.append(f"table feature {name} is not allowed by IcebergWriterCompatV1 and cannot be removed "
+    allowed = ALLOWED_FEATURES | ALLOWED_IF_INACTIVE | _droppable(target).keys()
+    if target.row_tracking:
+        allowed |= ALLOWED_AT_V3
+    for name in sorted(features - allowed):
+        out.append(f"table feature {name} is not allowed by {target.title} and cannot be removed "
                    "in place: recreate the table without it")
-    unknown = [c for c in md.partition_columns if c not in snapshot.schema.names]
-    if unknown:
-        out.append(f"partition column(s) {', '.join(unknown)} are not in the schema")
     return out
 
 
 # -- target protocol and metadata ---------------------------------------------------------------------------
 
 
-def _target_protocol(snapshot: Snapshot) -> dict[str, Any]:
+def _target_protocol(snapshot: Snapshot, target: EnableLevel) -> dict[str, Any]:
     p = snapshot.protocol
-    reader = set(p.effective_reader_features) - DROPPABLE.keys()
+    droppable = _droppable(target).keys()
+    reader = set(p.effective_reader_features) - droppable
     # Upgrading a legacy protocol lists every feature its versions imply: the protocol says to assume a
     # feature was used unless proven otherwise (the legacy ones are allowed while inactive).
-    writer = set(p.effective_writer_features) - DROPPABLE.keys()
+    writer = set(p.effective_writer_features) - droppable
     reader.add("columnMapping")
-    writer |= reader | {"columnMapping", "icebergCompatV2", "icebergWriterCompatV1"}
+    writer |= reader | target.features
     return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": sorted(reader),
             "writerFeatures": sorted(writer)}
 
 
-def _target_metadata(snapshot: Snapshot) -> tuple[dict[str, Any], list[str], Any]:
+def _target_properties(snapshot: Snapshot, target: EnableLevel) -> dict[str, str]:
+    config = snapshot.metadata.configuration
+    properties = dict(target.properties)
+    if not target.id_mode:
+        mode = snapshot.metadata.column_mapping_mode
+        properties["delta.columnMapping.mode"] = mode if mode in ("name", "id") else "id"
+    if target.row_tracking and ROW_ID_COLUMN not in config:
+        properties.update(materialized_row_columns())
+    return properties
+
+
+def _target_metadata(snapshot: Snapshot, target: EnableLevel) -> tuple[dict[str, Any], list[str], Any]:
     md = snapshot.metadata
     mode = md.column_mapping_mode
     try:
@@ -161,10 +215,11 @@ def _target_metadata(snapshot: Snapshot) -> tuple[dict[str, Any], list[str], Any
     except ValueError:
         declared = 0
     schema, max_id, schema_changes = writer_compat_schema(md.schema, keep_ids=mode in ("name", "id"),
-                                                          max_column_id=declared)
+                                                          max_column_id=declared, col_id_names=target.id_mode,
+                                                          widen=target.widen)
     config = dict(md.configuration)
     changes = []
-    for key, value in ENABLE_PROPERTIES.items():
+    for key, value in _target_properties(snapshot, target).items():
         if config.get(key) != value:
             changes.append(f"set {key}={value}")
         config[key] = value
@@ -172,7 +227,7 @@ def _target_metadata(snapshot: Snapshot) -> tuple[dict[str, Any], list[str], Any
         changes.append(f"set {MAX_COLUMN_ID}={max_id}")
     config[MAX_COLUMN_ID] = str(max_id)
     features = snapshot.protocol.effective_reader_features | snapshot.protocol.effective_writer_features
-    for feature, prop in DROPPABLE.items():
+    for feature, prop in _droppable(target).items():
         if feature in features or md.bool_property(prop):
             changes.append(f"drop table feature {feature} from the protocol and set {prop}=false")
             config[prop] = "false"
@@ -204,13 +259,13 @@ def _protocol_changes(snapshot: Snapshot, target: dict[str, Any]) -> list[str]:
 # -- reasons to rewrite the data -----------------------------------------------------------------------------
 
 
-def _schema_reasons(snapshot: Snapshot, schema_changes: Any) -> list[str]:
+def _schema_reasons(snapshot: Snapshot, schema_changes: Any, target: EnableLevel) -> list[str]:
     mode = snapshot.column_mapping_mode
     out = []
     if mode not in ("name", "id"):
         out.append(_reason(NO_COLUMN_MAPPING, f"column mapping mode is {mode!r}: the data files have no parquet "
                            "field ids and use the logical column names"))
-    elif mode == "name":
+    elif mode == "name" and target.id_mode:
         out.append(_reason(NAME_MODE, "column mapping is in name mode: the data files must be rewritten with "
                            "parquet field ids and col-<id> column names"))
     elif schema_changes.renamed or schema_changes.ids_assigned:
@@ -220,15 +275,18 @@ def _schema_reasons(snapshot: Snapshot, schema_changes: Any) -> list[str]:
     if schema_changes.widened:
         out.append(_reason(WIDEN_TYPES, f"byte/short column(s) {_listed(schema_changes.widened)} are widened to "
                            "integer in the data files"))
-    if mode == "id" and schema_changes.nested_ids_assigned:
+    if mode in ("name", "id") and not (mode == "name" and target.id_mode) and schema_changes.nested_ids_assigned:
         out.append(_reason(NESTED_IDS, f"nested id(s) for {_listed(schema_changes.nested_ids_assigned)} are new: "
                            "the data files must carry them as parquet field ids"))
     return out
 
 
-def _file_reasons(snapshot: Snapshot, storage: Storage | None) -> list[str]:
+def _file_reasons(snapshot: Snapshot, storage: Storage | None, target: EnableLevel) -> list[str]:
     """Reasons read from the log alone (no data file opened)."""
     out = []
+    if target.row_tracking and not snapshot.metadata.bool_property(ROW_TRACKING):
+        out.append(_reason(ROW_TRACKING_IDS, "row tracking is switched on: every live file needs a base row id "
+                           "and a default row commit version, which only a rewrite commit assigns here"))
     dv = snapshot.state.adds.column("deletionVector")
     with_dv = len(dv) - dv.null_count
     if with_dv:
@@ -265,8 +323,9 @@ def _footer_reasons(snapshot: Snapshot, storage: Storage | None, sample: int | N
     return out
 
 
-def plan_enable(snapshot: Snapshot, *, storage: Storage | None = None, footer_checks: bool = True) -> EnablePlan:
-    """What enabling IcebergWriterCompatV1 on ``snapshot`` takes.
+def plan_enable(snapshot: Snapshot, *, level: str | Level | EnableLevel = WRITER_COMPAT_V1.name,
+                storage: Storage | None = None, footer_checks: bool = True) -> EnablePlan:
+    """What enabling ``level`` (core.enable.levels; IcebergWriterCompatV1 by default) on ``snapshot`` takes.
 
     Reasons come from the schema and the log first. When those alone would allow a metadata-only enable, the
     parquet footers of every live file decide (partition values materialized, int64 timestamps, field ids);
@@ -274,15 +333,16 @@ def plan_enable(snapshot: Snapshot, *, storage: Storage | None = None, footer_ch
     False reads no footer. ``storage`` is the table's storage (opened from the snapshot's location without
     options when None).
     """
-    protocol = _target_protocol(snapshot)
-    metadata, meta_changes, schema_changes = _target_metadata(snapshot)
-    blockers = tuple(_blockers(snapshot))
+    target = enable_level(level)
+    protocol = _target_protocol(snapshot, target)
+    metadata, meta_changes, schema_changes = _target_metadata(snapshot, target)
+    blockers = tuple(_blockers(snapshot, target))
     reasons: list[str] = []
     if snapshot.num_files:
-        reasons = _schema_reasons(snapshot, schema_changes) + _file_reasons(snapshot, storage)
+        reasons = _schema_reasons(snapshot, schema_changes, target) + _file_reasons(snapshot, storage, target)
         if footer_checks:
             reasons += _footer_reasons(snapshot, storage, FOOTER_SAMPLE if reasons else None)
-    already = not blockers and not reasons and _compliant(snapshot, storage)
+    already = not blockers and not reasons and _compliant(snapshot, storage, target)
     changes = () if already else tuple(_protocol_changes(snapshot, protocol) + meta_changes)
     return EnablePlan(
         table=snapshot.table,
@@ -295,12 +355,14 @@ def plan_enable(snapshot: Snapshot, *, storage: Storage | None = None, footer_ch
         changes=changes,
         already_enabled=already,
         num_files=snapshot.num_files,
+        level=target.name,
     )
 
 
-def _compliant(snapshot: Snapshot, storage: Storage | None) -> bool:
-    """Whether the table already passes the validator at writer-compat-v1 (then nothing is committed)."""
-    if not snapshot.metadata.bool_property("delta.enableIcebergWriterCompatV1"):
+def _compliant(snapshot: Snapshot, storage: Storage | None, target: EnableLevel) -> bool:
+    """Whether the table already has the level on and passes the validator at it (then nothing is committed)."""
+    md = snapshot.metadata
+    if not all(md.configuration.get(key) == value for key, value in target.properties):
         return False
     table = DeltaTable(snapshot.table, storage=storage) if storage is not None else DeltaTable(snapshot.table)
-    return validate_snapshot(snapshot, table, Level.WRITER_COMPAT_V1).compliant
+    return validate_snapshot(snapshot, table, target.level).compliant

@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.enable.commit import commit_metadata_only
+from airflow_deltaberg.core.enable.levels import DEFAULT_LEVEL, enable_level
 from airflow_deltaberg.core.enable.plan import EnablePlan, plan_enable
 from airflow_deltaberg.core.errors import DeltaError, EnableBlockedError
 
@@ -37,8 +38,8 @@ class EnableResult:
                 "seconds": round(self.seconds, 3), "details": self.details, "plan": self.plan.to_dict()}
 
 
-#: Runs the data rewrite: (location, read_version, storage_options) -> the committed version and details.
-RewriteRunner = Callable[[str, int, Mapping[str, Any] | None], tuple[int, dict[str, Any]]]
+#: Runs the data rewrite: (location, read_version, storage_options, level) -> the committed version and details.
+RewriteRunner = Callable[[str, int, Mapping[str, Any] | None, str], tuple[int, dict[str, Any]]]
 
 
 def enable(
@@ -46,11 +47,14 @@ def enable(
     *,
     storage_options: Mapping[str, Any] | None = None,
     mode: str = "auto",
+    level: str = DEFAULT_LEVEL,
     dry_run: bool = False,
     rewrite_runner: RewriteRunner | None = None,
     on_plan: Callable[[EnablePlan], None] | None = None,
 ) -> EnableResult:
-    """Enable IcebergWriterCompatV1 on the table at ``location``.
+    """Enable ``level`` on the table at ``location``: ``writer-compat-v1`` (IcebergWriterCompatV1, the default),
+    ``compat-v2`` (IcebergCompatV2 with column mapping) or ``writer-compat-v3`` (IcebergWriterCompatV3); the plan
+    says which known writers can still write the table afterwards (``plan.writers``).
 
     ``mode``: ``auto`` (metadata-only when the plan allows it, else the data rewrite), ``metadata_only``
     (refused when the data must be rewritten), ``rewrite`` (always rewrite every live file). ``dry_run``
@@ -61,28 +65,29 @@ def enable(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    target = enable_level(level)
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
     snapshot = table.snapshot()
-    plan = plan_enable(snapshot, storage=table.storage)
+    plan = plan_enable(snapshot, level=target, storage=table.storage)
     if on_plan is not None:
         on_plan(plan)
     if dry_run:
         return EnableResult(plan, "dry-run", seconds=time.monotonic() - started)
     if plan.blockers:
-        raise EnableBlockedError(f"IcebergWriterCompatV1 cannot be enabled: {'; '.join(plan.blockers)}", plan)
+        raise EnableBlockedError(f"{target.title} cannot be enabled: {'; '.join(plan.blockers)}", plan)
     if plan.already_enabled and mode != "rewrite":
-        log.info("%s at version %s is already IcebergWriterCompatV1-compliant: nothing to do",
-                 plan.table, plan.read_version)
+        log.info("%s at version %s is already %s-compliant: nothing to do",
+                 plan.table, plan.read_version, target.title)
         return EnableResult(plan, "already-enabled", seconds=time.monotonic() - started)
     if mode == "metadata_only" or (mode == "auto" and not plan.needs_rewrite):
         version = commit_metadata_only(table, plan, snapshot.metadata.configuration)
-        log.info("Enabled IcebergWriterCompatV1 on %s in version %s (metadata only)", plan.table, version)
+        log.info("Enabled %s on %s in version %s (metadata only)", target.title, plan.table, version)
         return EnableResult(plan, "metadata-only", version, time.monotonic() - started)
     if rewrite_runner is None:
         raise DeltaError("the data files must be rewritten and no rewrite runner was given (the shell passes a "
                          "local Spark one, the operator a spark-submit one); nothing was written",
                          table=plan.table, version=plan.read_version)
-    version, details = rewrite_runner(location, plan.read_version, storage_options)
-    log.info("Enabled IcebergWriterCompatV1 on %s in version %s (data rewritten)", plan.table, version)
+    version, details = rewrite_runner(location, plan.read_version, storage_options, target.name)
+    log.info("Enabled %s on %s in version %s (data rewritten)", target.title, plan.table, version)
     return EnableResult(plan, "rewrite", version, time.monotonic() - started, details)

@@ -57,9 +57,12 @@ class _Ids:
         return self.next
 
 
-def writer_compat_schema(schema: StructType, *, keep_ids: bool, max_column_id: int = 0
-                         ) -> tuple[StructType, int, SchemaChanges]:
+def writer_compat_schema(schema: StructType, *, keep_ids: bool, max_column_id: int = 0, col_id_names: bool = True,
+                         widen: bool = True) -> tuple[StructType, int, SchemaChanges]:
     """The schema in IcebergWriterCompatV1 form, the new ``delta.columnMapping.maxColumnId``, and what changed.
+
+    ``col_id_names`` False keeps the physical names a column-mapped schema has (IcebergCompatV2 asks for none in
+    particular; new columns still get ``col-<id>``); ``widen`` False keeps byte/short.
 
     ``keep_ids``: keep the column and nested ids the schema has (a column-mapped table: its data files and any
     Iceberg schema already use them); fresh ids start above every id in use and ``max_column_id``. Without
@@ -67,6 +70,13 @@ def writer_compat_schema(schema: StructType, *, keep_ids: bool, max_column_id: i
     nested ids after them, as Delta on Spark does, so the two never collide.
     """
     fields = list(schema.walk())
+
+    def _physical(f: StructField, cid: int) -> str:
+        kept = f.metadata.get(COLUMN_MAPPING_PHYSICAL_NAME)
+        if not col_id_names and keep_ids and kept and cid == f.column_mapping_id:
+            return str(kept)
+        return f"col-{cid}"
+
     if keep_ids:
         existing = [f.column_mapping_id or 0 for _, f in fields] + [v for _, f in fields for v in f.nested_ids.values()]
         ids = _Ids(max([max_column_id, *existing]) + 1)
@@ -88,7 +98,7 @@ def writer_compat_schema(schema: StructType, *, keep_ids: bool, max_column_id: i
         slots = [key for key, _ in nested_slots(f.type)]
         if not slots:
             continue
-        physical = f"col-{column_ids[path]}"
+        physical = _physical(f, column_ids[path])
         out: dict[str, int] = {}
         for key in slots:
             old = f.nested_id(key) if keep_ids else None
@@ -103,7 +113,7 @@ def writer_compat_schema(schema: StructType, *, keep_ids: bool, max_column_id: i
 
     def convert_field(f: StructField, path: Path) -> StructField:
         cid = column_ids[path]
-        physical = f"col-{cid}"
+        physical = _physical(f, cid)
         if keep_ids and f.metadata.get(COLUMN_MAPPING_PHYSICAL_NAME) not in (None, physical):
             changes.renamed.append(".".join(path))
         metadata: dict[str, Any] = {k: v for k, v in f.metadata.items() if k not in NESTED_IDS_KEYS}
@@ -121,7 +131,7 @@ def writer_compat_schema(schema: StructType, *, keep_ids: bool, max_column_id: i
         if isinstance(t, MapType):
             return MapType(convert_type(t.key_type, (*path, "key")), convert_type(t.value_type, (*path, "value")),
                            t.value_contains_null)
-        if isinstance(t, PrimitiveType) and t.name in WIDENED:
+        if widen and isinstance(t, PrimitiveType) and t.name in WIDENED:
             changes.widened.append(".".join(path))
             return PrimitiveType(WIDENED[t.name])
         return t

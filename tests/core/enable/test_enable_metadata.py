@@ -162,12 +162,14 @@ def test_the_injected_runner_gets_the_table_and_the_planned_version(deltalake_ta
     path = deltalake_table("t")
     calls = []
 
-    def runner(location: str, read_version: int, storage_options: Any) -> tuple[int, dict[str, Any]]:
-        calls.append((location, read_version, storage_options))
+    def runner(location: str, read_version: int, storage_options: Any, level: str) -> tuple[int, dict[str, Any]]:
+        calls.append((location, read_version, storage_options, level))
         return 7, {"files_added": 1}
 
     result = enable(str(path), mode="rewrite", storage_options={"k": "v"}, rewrite_runner=runner)
-    assert calls == [(str(path), 0, {"k": "v"})]
+    assert calls == [(str(path), 0, {"k": "v"}, "writer-compat-v1")]
+    enable(str(path), mode="rewrite", level="compat-v2", rewrite_runner=runner)
+    assert calls[-1] == (str(path), 0, None, "compat-v2")
     assert (result.action, result.committed_version, result.details) == ("rewrite", 7, {"files_added": 1})
 
 

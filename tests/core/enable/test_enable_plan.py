@@ -244,3 +244,65 @@ def test_active_iceberg_compat_v1_is_superseded(deltalake_table: Callable[..., P
     assert "drop table feature icebergCompatV1 from the protocol and set delta.enableIcebergCompatV1=false" in (
         plan.changes)
     assert_target_compliant(plan, tmp_path)
+
+
+# -- other levels ------------------------------------------------------------------------------------------
+
+
+def assert_target_compliant_at(plan: EnablePlan, tmp_path: Path, level: str) -> None:
+    target = tmp_path / f"target-{level}"
+    write_commit(DeltaTable(str(target)), [{"protocol": plan.protocol}, {"metaData": plan.metadata}],
+                 read_version=None, operation="TEST")
+    report = validate(str(target), level, data_checks=True)
+    assert report.compliant, report.to_text()
+
+
+def test_compat_v2_keeps_name_mode_physical_names(deltalake_table: Callable[..., Path], tmp_path: Path) -> None:
+    path = deltalake_table("named", configuration={"delta.columnMapping.mode": "name"})
+    old = {f.name: f for f in DeltaTable(str(path)).snapshot().schema.fields}
+    plan = plan_enable(DeltaTable(str(path)).snapshot(), level="compat-v2")
+    assert plan.level == "compat-v2"
+    assert NAME_MODE not in plan.reason_codes and PHYSICAL_NAMES not in plan.reason_codes
+    new = fields(plan)
+    for name, f in new.items():
+        assert (f.column_mapping_id, f.physical_name) == (old[name].column_mapping_id, old[name].physical_name)
+    config = plan.metadata["configuration"]
+    assert config["delta.columnMapping.mode"] == "name" and config["delta.enableIcebergCompatV2"] == "true"
+    assert "delta.enableIcebergWriterCompatV1" not in config
+    assert "icebergWriterCompatV1" not in plan.protocol["writerFeatures"]
+    assert_target_compliant_at(plan, tmp_path, "compat-v2")
+
+
+def test_compat_v2_keeps_byte_short_and_allows_cdf(deltalake_table: Callable[..., Path], tmp_path: Path) -> None:
+    data = pa.table({"b": pa.array([1, -2, None], pa.int8()), "s": pa.array([300, None, -7], pa.int16())})
+    path = deltalake_table("narrow", data=data, configuration={"delta.enableChangeDataFeed": "true"})
+    assert plan_of(path).blockers  # IcebergWriterCompatV1 forbids the change data feed
+    plan = plan_enable(DeltaTable(str(path)).snapshot(), level="compat-v2")
+    assert plan.blockers == ()
+    assert plan.reason_codes == (NO_COLUMN_MAPPING,)
+    assert [str(f.type) for f in fields(plan).values()] == ["byte", "short"]
+    assert_target_compliant_at(plan, tmp_path, "compat-v2")
+
+
+def test_writer_compat_v3_on_an_empty_table(deltalake_table: Callable[..., Path], rows: pa.Table,
+                                            tmp_path: Path) -> None:
+    plan = plan_enable(DeltaTable(str(deltalake_table("empty", data=rows.slice(0, 0)))).snapshot(),
+                       level="writer-compat-v3")
+    assert not plan.needs_rewrite and plan.blockers == ()
+    assert {"columnMapping", "icebergCompatV3", "icebergWriterCompatV3", "rowTracking", "domainMetadata"} <= set(
+        plan.protocol["writerFeatures"])
+    assert not {"icebergCompatV2", "icebergWriterCompatV1"} & set(plan.protocol["writerFeatures"])
+    config = plan.metadata["configuration"]
+    assert {k: config[k] for k in ("delta.columnMapping.mode", "delta.enableIcebergCompatV3",
+                                   "delta.enableIcebergWriterCompatV3", "delta.enableRowTracking")} == {
+        "delta.columnMapping.mode": "id", "delta.enableIcebergCompatV3": "true",
+        "delta.enableIcebergWriterCompatV3": "true", "delta.enableRowTracking": "true"}
+    assert config["delta.rowTracking.materializedRowIdColumnName"].startswith("_row-id-col-")
+    assert all(f.physical_name == f"col-{f.column_mapping_id}" for f in fields(plan).values())
+
+
+def test_unknown_level() -> None:
+    with pytest.raises(ValueError, match="level must be one of writer-compat-v1, compat-v2, writer-compat-v3"):
+        from airflow_deltaberg.core.enable.levels import enable_level
+
+        enable_level("compat-v1")
