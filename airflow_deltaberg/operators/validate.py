@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.errors import ComplianceViolationError, DeltabergError, DeltaError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.version_compat import AirflowFailException
 
 XCOM_KEY = "compliance_report"
 
