@@ -5,9 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv-floor
-# The declared floors (tests/install/test_floor.py checks these equal pyproject's), and structlog as Airflow
-# 3.1.0's constraints file pins it: structlog 25.5 dropped `structlog.dev.Styles`, which Airflow 3.1.0 imports.
-FLOOR=(apache-airflow==3.1.0 apache-airflow-providers-apache-spark==6.0.0 structlog==25.4.0)
+# The declared floors (tests/install/test_plain_install.py checks they equal pyproject's), and the libraries that
+# broke Airflow 3.1.0 since its release, held where its constraints file holds them (Airflow is installed with one):
+# structlog 25.5 dropped `structlog.dev.Styles`, which 3.1.0 imports; FastAPI from 0.118 (which cadwyn 6+ needs) no
+# longer reads the execution API's JSON bodies sent without a content type (dag.test() fails with a 422).
+FLOOR=(apache-airflow==3.1.0 apache-airflow-providers-apache-spark==6.0.0 structlog==25.4.0 fastapi==0.117.1
+       cadwyn==5.4.6)
 # What the install tests use to build and read tables (never pyspark).
 TEST=(pytest deltalake==1.6.6)
 if [ ! -x "$VENV/bin/python" ]; then
