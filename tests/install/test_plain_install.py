@@ -174,3 +174,14 @@ def test_deltaberg_console_script_converts(copy_fixture) -> None:
     assert result.returncode == 0, result.stderr
     location = json.loads(result.stdout)["metadata_location"]
     assert_same_rows(StaticTable.from_metadata(location).scan().to_arrow(), kernel_arrow(table), "table-with-dv-small")
+
+
+@floor_only
+def test_deltaberg_console_script_enable_asks_for_the_spark_extra(deltalake_table) -> None:
+    """pyspark-client's ``pyspark`` is importable here (nothing blocked): a rewrite still stops before Spark."""
+    table = deltalake_table("plain")
+    result = subprocess.run([DELTABERG, "enable", str(table), "--mode", "rewrite"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "install airflow-deltaberg[spark]" in line
