@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv-floor
 # The declared floors (tests/install/test_plain_install.py checks they equal pyproject's), and the libraries that
-# broke Airflow 3.1.0 since its release, held where its constraints file holds them (Airflow is installed with one):
+# broke Airflow 3.1.0 since its release, held at releases of its time, as its constraints file would (Airflow is
+# meant to be installed with one; that file was not reachable from here to copy its exact pins):
 # structlog 25.5 dropped `structlog.dev.Styles`, which 3.1.0 imports; FastAPI from 0.118 (which cadwyn 6+ needs) no
 # longer reads the execution API's JSON bodies sent without a content type (dag.test() fails with a 422).
 FLOOR=(apache-airflow==3.1.0 apache-airflow-providers-apache-spark==6.0.0 structlog==25.4.0 fastapi==0.117.1
