@@ -8,7 +8,7 @@ function (a lazy import still ties the two modules together). Layers, lowest fir
   2 core.compat, core.iceberg
   3 core.enable, core.watch
   4 airflow_deltaberg.spark (PySpark applications; no Airflow)
-  5 cli, operators, sensors, triggers, hooks, notifications, provider_info
+  5 cli, operators, sensors, triggers, hooks, notifications, provider_info, version_compat
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.hooks": 5,
     f"{PACKAGE}.notifications": 5,
     f"{PACKAGE}.provider_info": 5,
+    f"{PACKAGE}.version_compat": 5,  # the Airflow names that moved between 3.1 and 3.3
 }
 
 #: Modules of the core base (layer 0) by name; any other core module directly under core/ is a mistake.

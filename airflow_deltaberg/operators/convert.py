@@ -10,7 +10,6 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_deltaberg.assets import catalog_table_uri
 from airflow_deltaberg.core.errors import DeltabergError
@@ -18,6 +17,7 @@ from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.operators.validate import _parse_version
+from airflow_deltaberg.version_compat import AirflowFailException
 
 _TEMPLATE = re.compile(r"{{|{%")
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_deltaberg.core.enable.commit import find_enable_commit
 from airflow_deltaberg.core.enable.levels import DEFAULT_LEVEL, enable_level
@@ -24,6 +23,7 @@ from airflow_deltaberg.operators.spark_submit import (
     raise_task_failure,
     spark_target,
 )
+from airflow_deltaberg.version_compat import AirflowFailException
 
 PLAN_XCOM_KEY = "enable_plan"
 REWRITE_MODULE = "airflow_deltaberg.spark.enable_rewrite"

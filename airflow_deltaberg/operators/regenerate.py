@@ -12,7 +12,6 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
@@ -34,6 +33,7 @@ from airflow_deltaberg.operators.spark_submit import (
     spark_target,
 )
 from airflow_deltaberg.operators.validate import _parse_version
+from airflow_deltaberg.version_compat import AirflowException, AirflowFailException
 
 REGENERATE_MODULE = "airflow_deltaberg.spark.regenerate"
 

@@ -25,11 +25,11 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.hooks.masking import mask_secrets
 from airflow_deltaberg.spark.protocol import error_from_document, read_result, remove_result, result_payload
+from airflow_deltaberg.version_compat import AirflowException, AirflowFailException
 
 DEFAULT_SPARK_BINARY = "spark-submit"
 

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.errors import ComplianceViolationError, DeltabergError, DeltaError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.version_compat import AirflowFailException
 
 #: The XCom key of the report dict, pushed once per try (also when the task then fails on a violation).
 XCOM_KEY = "compliance_report"

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, TaskInstanceState, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, AirflowSkipException
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, TaskInstanceState
 
 from airflow_deltaberg.core.errors import DeltabergError, StorageError
 from airflow_deltaberg.core.storage import open_storage
@@ -23,6 +22,13 @@ from airflow_deltaberg.triggers.delta_commit import (
     check_commits,
     connection_error,
     error_payload,
+)
+from airflow_deltaberg.version_compat import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    conf,
 )
 
 START_CHOICES = (START_ICEBERG, START_PREVIOUS_RUN)

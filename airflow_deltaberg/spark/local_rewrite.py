@@ -16,6 +16,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from functools import partial
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +35,25 @@ DELTA_JAR_NAMES = "delta-spark_4.1_2.13-4.4.0.jar and delta-storage-4.4.0.jar"
 _CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 
 
+def jvm_pyspark_installed() -> bool:
+    """PySpark with its JVM is importable (the ``spark`` extra). Not the ``pyspark`` package alone: pyspark-client,
+    which the Airflow Spark provider requires, installs one too, a Spark Connect client that cannot start Spark."""
+    try:
+        return find_spec("pyspark.core") is not None  # pyspark.core is pyspark's, not pyspark-client's (Spark 4)
+    except ImportError:  # no pyspark package at all
+        return False
+
+
 def run_rewrite_locally(location: str, read_version: int, storage_options: Mapping[str, Any] | None,
                         level: str = DEFAULT_LEVEL, *, jars: str | None = None) -> tuple[int, dict[str, Any]]:
     """The rewrite in this process with a local SparkSession: a ``core.enable.run.RewriteRunner`` (``jars``:
     comma-separated jar files or folders for a new session; see the module docstring)."""
-    try:
-        # Lazy: pyspark and a JVM are only needed for the rewrite path.
-        from airflow_deltaberg.spark.enable_rewrite import run_rewrite
-    except ImportError as exc:
-        raise DeltabergError(f"the data rewrite needs pyspark and airflow_deltaberg.spark.enable_rewrite ({exc}); "
-                             f"table {location}, version {read_version}") from exc
+    if not jvm_pyspark_installed():
+        raise DeltabergError("the data rewrite starts Spark in this process and needs PySpark with its JVM: install "
+                             f"airflow-deltaberg[spark]; table {location}, version {read_version}")
+    # Lazy: pyspark and a JVM are only needed for the rewrite path.
+    from airflow_deltaberg.spark.enable_rewrite import run_rewrite
+
     result = run_rewrite(local_spark_session(jars), location, read_version, storage_options=storage_options,
                          level=level)
     return int(result.version), result.to_dict()
