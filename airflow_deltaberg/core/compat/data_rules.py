@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContext, Finding, Location, Rule
+from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, V3, WV1, CheckContext, Finding, Location, Rule
 from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
@@ -194,10 +194,10 @@ DATA_RULES = [
     Rule("data.partition-values-materialized", "Partition values are materialized in the files", ALL_LEVELS,
          partition_values_materialized, "rewrite the files with the partition columns (deltaberg enable)",
          "protocol: IcebergCompatV1/V2 partition values materialized", data=True),
-    Rule("data.timestamp-int64", "Timestamps are stored as int64", frozenset({V2, WV1}), timestamps_int64,
+    Rule("data.timestamp-int64", "Timestamps are stored as int64", frozenset({V2, WV1, V3}), timestamps_int64,
          "rewrite the files with int64 timestamps (spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)",
-         "protocol: IcebergCompatV2 timestamps as int64", data=True),
-    Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1}),
+         "protocol: IcebergCompatV2 (and RFC IcebergCompatV3) timestamps as int64", data=True),
+    Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1, V3}),
          parquet_field_ids, "rewrite the files with field ids (deltaberg enable --mode rewrite)",
          "protocol: IcebergCompatV2 nested ids written as parquet field_id; column mapping id mode", data=True),
     Rule("data.stats-cover-data", "Delta stats cover the data of each file, and its size is the file's", ALL_LEVELS,
