@@ -59,7 +59,7 @@ def mode_name_or_id(ctx: CheckContext) -> Iterator[Finding]:
 def mode_id(ctx: CheckContext) -> Iterator[Finding]:
     mode = ctx.metadata.column_mapping_mode
     if mode != "id":
-        yield Finding(f"delta.columnMapping.mode is {mode!r}; IcebergWriterCompatV1 requires 'id'",
+        yield Finding(f"delta.columnMapping.mode is {mode!r}; IcebergWriterCompatV1/V3 require 'id'",
                       property_location("delta.columnMapping.mode"))
 
 
@@ -86,7 +86,7 @@ def physical_name_is_col_id(ctx: CheckContext) -> Iterator[Finding]:
         cid = f.column_mapping_id
         physical = f.metadata.get("delta.columnMapping.physicalName")
         if cid is not None and physical != f"col-{cid}":
-            yield Finding(f"physical name is {physical!r}; IcebergWriterCompatV1 requires 'col-{cid}'",
+            yield Finding(f"physical name is {physical!r}; IcebergWriterCompatV1/V3 require 'col-{cid}'",
                           column_location(path))
 
 
@@ -253,7 +253,7 @@ def literal_defaults(ctx: CheckContext) -> Iterator[Finding]:
 def no_byte_short(ctx: CheckContext) -> Iterator[Finding]:
     for path, t, _ in _types(ctx.schema):
         if isinstance(t, PrimitiveType) and t.name in ("byte", "short"):
-            yield Finding(f"type {t.name} is not allowed by IcebergWriterCompatV1 (widen it to integer)",
+            yield Finding(f"type {t.name} is not allowed by IcebergWriterCompatV1/V3 (widen it to integer)",
                           column_location(path))
 
 

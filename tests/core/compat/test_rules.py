@@ -588,6 +588,36 @@ def keep_v3_feature_allowlist(p: Path) -> Path:
     return compliant_v3(p, protocol=v3_features(*allowed, reader=reader)).path
 
 
+ROW_ID_COLUMN = "_row-id-col-1"
+
+
+def _row_id_table(p: Path, field_id: bytes) -> tuple[BuiltTable, str]:
+    """A V3 table with one file holding a materialized row id column (as Delta on Spark writes after UPDATE)."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    t = compliant_v3(p, [("id", "long")], partition_by=(), data=False,
+                     properties={"delta.rowTracking.materializedRowIdColumnName": ROW_ID_COLUMN})
+    data = pa.table([pa.array([1, 2], pa.int64()), pa.array([0, 1], pa.int64())],
+                    schema=pa.schema([pa.field("col-1", pa.int64(), metadata={b"PARQUET:field_id": b"1"}),
+                                      pa.field(ROW_ID_COLUMN, pa.int64(), metadata={b"PARQUET:field_id": field_id})]))
+    pq.write_table(data, t.path / "f.parquet")
+    stats = {"numRecords": 2, "minValues": {"col-1": 1}, "maxValues": {"col-1": 2}, "nullCount": {"col-1": 0}}
+    t.commit([{"add": {"path": "f.parquet", "partitionValues": {}, "size": os.path.getsize(t.path / "f.parquet"),
+                       "modificationTime": 1, "dataChange": True, "stats": json.dumps(stats), "baseRowId": 0}}])
+    return t, "f.parquet"
+
+
+def break_row_tracking_field_ids(p: Path) -> Broken:
+    t, path = _row_id_table(p, b"7")
+    return t.path, [Location("file", path)]
+
+
+def keep_row_tracking_field_ids(p: Path) -> Path:
+    return _row_id_table(p, b"2147483540")[0].path
+
+
 def keep(p: Path) -> Path:
     return compliant(p).path
 
@@ -643,6 +673,8 @@ CASES: dict[str, Case] = {
     "partitions.primitive-types": Case(V3, break_partition_types, keep_v3),
     "defaults.literal": Case(V3, break_defaults, keep_defaults),
     "features.v3-allowlist": Case(WV3, break_v3_feature_allowlist, keep_v3_feature_allowlist),
+    "data.row-tracking-field-ids": Case(V3, break_row_tracking_field_ids, keep_row_tracking_field_ids,
+                                        data_checks=True),
     "paths.files-outside-table": Case(V2, break_files_outside, keep),
     "data.num-records": Case(V2, break_num_records, keep, data_checks=True),
     "data.partition-values-materialized": Case(V2, break_materialized, keep, data_checks=True),
