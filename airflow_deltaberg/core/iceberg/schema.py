@@ -9,6 +9,7 @@ Delta schema evolves.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Literal
 from pydantic import Field
 from pyiceberg import types as it
 from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
@@ -383,3 +385,57 @@ def _nested_id(owner: StructField, slot: str, content: DataType | None, path: tu
         f"Iceberg readers need (table {table}); enable IcebergCompatV2 or IcebergWriterCompatV1 "
         "(deltaberg enable) before converting"
     )
+
+
+# pyiceberg 0.12 parses no ``variant`` type: metadata holding one is parsed with a stand-in primitive at the
+# variant's ids, which are then given their VariantType back.
+_STAND_IN = "string"
+
+
+def parse_table_metadata(raw: bytes | str) -> TableMetadata:
+    """Iceberg table metadata from its JSON, variant columns included."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    if '"variant"' not in text:
+        return TableMetadataUtil.parse_raw(text)
+    document = json.loads(text)
+    variant_ids: set[int] = set()
+    for schema in document.get("schemas") or []:
+        _stand_in_variants(schema, variant_ids)
+    metadata = TableMetadataUtil.parse_obj(document)
+    schemas = [Schema(*_with_variants(s.as_struct(), variant_ids).fields, schema_id=s.schema_id,
+                      identifier_field_ids=s.identifier_field_ids) for s in metadata.schemas]
+    return metadata.model_copy(update={"schemas": schemas})
+
+
+def _stand_in_variants(t: object, ids: set[int]) -> None:
+    if not isinstance(t, dict):
+        return
+    slots = {"struct": (), "list": (("element", "element-id"),), "map": (("key", "key-id"), ("value", "value-id"))}
+    kind = t.get("type")
+    if kind == "struct":
+        for f in t.get("fields") or []:
+            if f.get("type") == "variant":
+                ids.add(f["id"])
+                f["type"] = _STAND_IN
+            else:
+                _stand_in_variants(f.get("type"), ids)
+    for key, id_key in slots.get(kind, ()) if isinstance(kind, str) else ():
+        if t.get(key) == "variant":
+            ids.add(t[id_key])
+            t[key] = _STAND_IN
+        else:
+            _stand_in_variants(t.get(key), ids)
+
+
+def _with_variants(t: it.IcebergType, ids: set[int]) -> it.IcebergType:
+    def slot(field_id: int, inner: it.IcebergType) -> it.IcebergType:
+        return VariantType() if field_id in ids else _with_variants(inner, ids)
+
+    if isinstance(t, it.StructType):
+        return it.StructType(*[f.model_copy(update={"field_type": slot(f.field_id, f.field_type)}) for f in t.fields])
+    if isinstance(t, it.ListType):
+        return t.model_copy(update={"element_type": slot(t.element_id, t.element_type)})
+    if isinstance(t, it.MapType):
+        return t.model_copy(update={"key_type": slot(t.key_id, t.key_type),
+                                    "value_type": slot(t.value_id, t.value_type)})
+    return t

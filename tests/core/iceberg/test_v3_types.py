@@ -16,7 +16,12 @@ from airflow_deltaberg.core.delta.schema import parse_schema
 from airflow_deltaberg.core.errors import UnsupportedTypeError
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.metrics import file_metrics, stat_columns
-from airflow_deltaberg.core.iceberg.schema import VECTORIZATION_PROPERTY, VariantType, convert_schema
+from airflow_deltaberg.core.iceberg.schema import (
+    VECTORIZATION_PROPERTY,
+    VariantType,
+    convert_schema,
+    parse_table_metadata,
+)
 
 
 def _schema(*fields: tuple[str, object]) -> object:
@@ -92,3 +97,24 @@ def test_variant_fixture_converts_at_v3_and_is_refused_at_v2(copy_fixture: Calla
     assert metadata["format-version"] == 3
     assert {f["name"]: f["type"] for f in metadata["schemas"][0]["fields"]}["v"] == "variant"
     assert result.records == 102
+
+
+def test_later_conversions_read_metadata_with_variants(copy_fixture: Callable[[str], Path]) -> None:
+    """Regression: pyiceberg 0.12 has no variant type, so the next conversion failed parsing the published
+    metadata (unexpected ValidationError)."""
+    path = copy_fixture("unshredded-variant")
+    first = convert(str(path), format_version=3)
+    again = convert(str(path))  # incremental: up to date, reads the published metadata
+    assert again.snapshots_written == 0 and again.snapshot_id == first.snapshot_id
+    full = convert(str(path), full=True)
+    assert full.snapshots_written == 1 and full.records == 102
+    raw = Path(full.metadata_location).read_bytes()
+    metadata = parse_table_metadata(raw)
+    assert metadata.format_version == 3 and len(metadata.schemas) == 2
+    for schema in metadata.schemas:
+        assert isinstance(schema.find_type("v"), VariantType)
+        assert isinstance(schema.find_field("array_of_variants").field_type.element_type, VariantType)
+        assert isinstance(schema.find_field("map_of_variants").field_type.value_type, VariantType)
+        assert isinstance(schema.find_type("struct_of_array_of_variants.v").element_type, VariantType)
+    written = json.loads(raw)["schemas"][-1]["fields"]
+    assert [f["type"] for f in written][1] == "variant"
