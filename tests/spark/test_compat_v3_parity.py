@@ -234,6 +234,16 @@ def test_kernel_refuses_writer_compat_v3_and_we_fail_the_same_state(kernel: Any,
     assert failed_rules(path, spec.level) == spec.rules
 
 
+def test_kernel_allowlist_mutation(kernel: Any, tmp_path: Path) -> None:
+    """A feature outside Kernel's IcebergWriterCompatV3 allowlist (collations, as a writer feature) committed onto a
+    Kernel-made table fails only the allowlist rule: compat-v3 itself does not restrict features."""
+    path = tmp_path / "offending"
+    kernel_create(kernel, path, {WRITER_COMPAT_V3: "true"})
+    commit_state(path, writer_features={"collations"})
+    assert failed_rules(path, "writer-compat-v3") == {"features.v3-allowlist"}
+    assert failed_rules(path, "compat-v3") == set()
+
+
 def test_kernel_refuses_a_variant_partition_and_we_fail_it(kernel: Any, tmp_path: Path) -> None:
     variant = _kernel_types(kernel, ("v", kernel.types.VariantType.VARIANT))
     refused(lambda: kernel_create(kernel, tmp_path / "refused", {WRITER_COMPAT_V3: "true"}, columns=variant,
