@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, WV1, CheckContext, Finding, Location, Rule
+from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, V3, WV1, CheckContext, Finding, Location, Rule
 from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
@@ -130,6 +130,31 @@ def _check_ids(arrow_field: pa.Field, expected: int | None, delta_type: DataType
             yield from _check_ids(child, owner.nested_id(key), ctype, owner, key, f"{where}.{part}")
 
 
+# IcebergCompatV3: the materialized row tracking columns carry Iceberg's reserved field ids of _row_id and
+# _last_updated_sequence_number.
+ROW_TRACKING_FIELD_IDS = {
+    "delta.rowTracking.materializedRowIdColumnName": 2147483540,
+    "delta.rowTracking.materializedRowCommitVersionColumnName": 2147483539,
+}
+
+
+def row_tracking_field_ids(ctx: CheckContext) -> Iterator[Finding]:
+    wanted = {ctx.config[k]: fid for k, fid in ROW_TRACKING_FIELD_IDS.items() if ctx.config.get(k)}
+    if not wanted:
+        return
+    for path in sample_paths(ctx):
+        problems = []
+        for arrow_field in read_footer(ctx, path).schema_arrow:
+            if arrow_field.name in wanted:
+                meta = arrow_field.metadata or {}
+                actual = meta.get(FIELD_ID, b"").decode() or None
+                if actual != str(wanted[arrow_field.name]):
+                    problems.append(f"{arrow_field.name}: parquet field id {actual}, IcebergCompatV3 requires "
+                                    f"{wanted[arrow_field.name]}")
+        if problems:
+            yield Finding("; ".join(problems), _file(path))
+
+
 def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:
     mode = ctx.metadata.column_mapping_mode
     if mode == "none":
@@ -194,12 +219,16 @@ DATA_RULES = [
     Rule("data.partition-values-materialized", "Partition values are materialized in the files", ALL_LEVELS,
          partition_values_materialized, "rewrite the files with the partition columns (deltaberg enable)",
          "protocol: IcebergCompatV1/V2 partition values materialized", data=True),
-    Rule("data.timestamp-int64", "Timestamps are stored as int64", frozenset({V2, WV1}), timestamps_int64,
+    Rule("data.timestamp-int64", "Timestamps are stored as int64", frozenset({V2, WV1, V3}), timestamps_int64,
          "rewrite the files with int64 timestamps (spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)",
-         "protocol: IcebergCompatV2 timestamps as int64", data=True),
-    Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1}),
+         "protocol: IcebergCompatV2 (and RFC IcebergCompatV3) timestamps as int64", data=True),
+    Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1, V3}),
          parquet_field_ids, "rewrite the files with field ids (deltaberg enable --mode rewrite)",
          "protocol: IcebergCompatV2 nested ids written as parquet field_id; column mapping id mode", data=True),
+    Rule("data.row-tracking-field-ids", "Materialized row tracking columns have Iceberg's reserved field ids",
+         frozenset({V3}), row_tracking_field_ids,
+         "rewrite the files named (their materialized row ids would not be read as Iceberg's _row_id)",
+         "RFC IcebergCompatV3: materialized Row ID field id 2147483540, Row Commit Version 2147483539", data=True),
     Rule("data.stats-cover-data", "Delta stats cover the data of each file, and its size is the file's", ALL_LEVELS,
          stats_cover_data,
          "recompute the stats and sizes of the files named (e.g. deltaberg enable --mode rewrite writes them from "

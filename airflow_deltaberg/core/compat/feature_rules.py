@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from airflow_deltaberg.core.compat.model import (
-    ALL_LEVELS,
+    BEFORE_V3,
     V1,
     V2,
+    V3,
     WV1,
+    WV3,
     CheckContext,
     Finding,
     Location,
@@ -37,6 +39,17 @@ NEVER_SUPPORTED = {
     "disallowed.collations": ("collations", "collations-preview"),
     "disallowed.variant": ("variantType", "variantType-preview", "variantShredding", "variantShredding-preview"),
 }
+# IcebergWriterCompatV3 allowlist: Delta Kernel 4.4.0 IcebergWriterCompatV3MetadataValidatorAndUpdater
+# (COMMON_ALLOWED_FEATURES plus its own), as Kernel names them; the legacy features among them must be inactive
+# (their own rules). No RFC text exists for IcebergWriterCompatV3.
+V3_ALLOWED_FEATURES = frozenset(
+    {"appendOnly", "columnMapping", "domainMetadata", "vacuumProtocolCheck", "v2Checkpoint", "checkpointProtection",
+     "inCommitTimestamp", "inCommitTimestamps", "clustering", "timestampNtz", "typeWidening", "typeWidening-preview",
+     "catalogManaged", "invariants", "changeDataFeed", "rowTracking", "checkConstraints", "identityColumns",
+     "generatedColumns", "icebergCompatV3", "icebergWriterCompatV3", "deletionVectors", "variantType",
+     "variantType-preview", "variantShredding", "variantShredding-preview", "allowColumnDefaults", "geospatial",
+     "icebergCompatV2", "icebergWriterCompatV1"}
+)
 IDENTITY_KEYS = ("delta.identity.start", "delta.identity.step", "delta.identity.highWaterMark",
                  "delta.identity.allowExplicitInsert")
 
@@ -50,6 +63,12 @@ def compat_v1_inactive(ctx: CheckContext) -> Iterator[Finding]:
     if ctx.supports("icebergCompatV1") and ctx.property_true("delta.enableIcebergCompatV1"):
         yield Finding("IcebergCompatV1 is active (feature supported and delta.enableIcebergCompatV1=true)",
                       property_location("delta.enableIcebergCompatV1"))
+
+
+def compat_v2_inactive(ctx: CheckContext) -> Iterator[Finding]:
+    if ctx.supports("icebergCompatV2") and ctx.property_true("delta.enableIcebergCompatV2"):
+        yield Finding("IcebergCompatV2 is active (feature supported and delta.enableIcebergCompatV2=true)",
+                      property_location("delta.enableIcebergCompatV2"))
 
 
 def dv_not_supported(ctx: CheckContext) -> Iterator[Finding]:
@@ -124,30 +143,40 @@ def feature_allowlist(ctx: CheckContext) -> Iterator[Finding]:
         yield Finding(f"the {name} feature is not in the IcebergWriterCompatV1 allowlist", feature_location(name))
 
 
+def v3_feature_allowlist(ctx: CheckContext) -> Iterator[Finding]:
+    for name in sorted(_features(ctx) - V3_ALLOWED_FEATURES):
+        yield Finding(f"the {name} feature is not in the IcebergWriterCompatV3 allowlist", feature_location(name))
+
+
 _RFC = "RFC IcebergWriterCompatV1: disallowed features"
+_RFC_AND_KERNEL = f"{_RFC}; Delta Kernel 4.4.0 IcebergWriterCompatV3 (COMMON_CHECKS)"
 _ONLY_WV1 = frozenset({WV1})
+_WRITER_COMPAT = frozenset({WV1, WV3})
 
 FEATURE_RULES = [
-    Rule("compat.v1-inactive", "IcebergCompatV1 is not active", frozenset({V2, WV1}), compat_v1_inactive,
-         "unset delta.enableIcebergCompatV1", "protocol: IcebergCompatV2 writer requirements"),
+    Rule("compat.v1-inactive", "IcebergCompatV1 is not active", frozenset({V2, WV1, V3}), compat_v1_inactive,
+         "unset delta.enableIcebergCompatV1",
+         "protocol: IcebergCompatV2 writer requirements; RFC IcebergCompatV3 writer requirements"),
+    Rule("compat.v2-inactive", "IcebergCompatV2 is not active", frozenset({V3}), compat_v2_inactive,
+         "unset delta.enableIcebergCompatV2", "RFC IcebergCompatV3 writer requirements"),
     Rule("deletion-vectors.not-supported", "Deletion vectors are not supported", frozenset({V1}), dv_not_supported,
          "IcebergCompatV1 cannot be reached once deletionVectors is in the protocol; use IcebergCompatV2",
          "protocol: IcebergCompatV1 writer requirements"),
     Rule("deletion-vectors.not-active", "Deletion vectors are not active", frozenset({V2, WV1}), dv_not_active,
          "set delta.enableDeletionVectors=false", "protocol: IcebergCompatV2 writer requirements"),
-    Rule("deletion-vectors.no-live-files", "No live file has a deletion vector", ALL_LEVELS, no_files_with_dv,
+    Rule("deletion-vectors.no-live-files", "No live file has a deletion vector", BEFORE_V3, no_files_with_dv,
          "purge the deletion vectors (REORG TABLE ... APPLY (PURGE), or deltaberg enable --mode rewrite)",
          "protocol: Deletion Vectors; Iceberg readers do not apply them"),
-    Rule("disallowed.invariants", "No column invariants", _ONLY_WV1, no_invariants,
-         "drop the invariant from the column metadata", _RFC),
-    Rule("disallowed.change-data-feed", "Change data feed is off", _ONLY_WV1, cdf_inactive,
-         "set delta.enableChangeDataFeed=false", _RFC),
-    Rule("disallowed.check-constraints", "No CHECK constraints", _ONLY_WV1, no_check_constraints,
-         "ALTER TABLE ... DROP CONSTRAINT", _RFC),
-    Rule("disallowed.identity-columns", "No identity columns", _ONLY_WV1, no_identity_columns,
-         "recreate the column without IDENTITY", _RFC),
-    Rule("disallowed.generated-columns", "No generated columns", _ONLY_WV1, no_generated_columns,
-         "recreate the column without GENERATED ALWAYS AS", _RFC),
+    Rule("disallowed.invariants", "No column invariants", _WRITER_COMPAT, no_invariants,
+         "drop the invariant from the column metadata", _RFC_AND_KERNEL),
+    Rule("disallowed.change-data-feed", "Change data feed is off", _WRITER_COMPAT, cdf_inactive,
+         "set delta.enableChangeDataFeed=false", _RFC_AND_KERNEL),
+    Rule("disallowed.check-constraints", "No CHECK constraints", _WRITER_COMPAT, no_check_constraints,
+         "ALTER TABLE ... DROP CONSTRAINT", _RFC_AND_KERNEL),
+    Rule("disallowed.identity-columns", "No identity columns", _WRITER_COMPAT, no_identity_columns,
+         "recreate the column without IDENTITY", _RFC_AND_KERNEL),
+    Rule("disallowed.generated-columns", "No generated columns", _WRITER_COMPAT, no_generated_columns,
+         "recreate the column without GENERATED ALWAYS AS", _RFC_AND_KERNEL),
 ]
 for _rule_id, _title in (
     ("disallowed.default-columns", "Default columns not supported"),
@@ -160,4 +189,9 @@ for _rule_id, _title in (
 FEATURE_RULES.append(
     Rule("features.allowlist", "Every supported feature is allowed", _ONLY_WV1, feature_allowlist,
          "recreate the table without the feature", "RFC IcebergWriterCompatV1: allowed supported features")
+)
+FEATURE_RULES.append(
+    Rule("features.v3-allowlist", "Every supported feature is allowed by IcebergWriterCompatV3", frozenset({WV3}),
+         v3_feature_allowlist, "recreate the table without the feature",
+         "Delta Kernel 4.4.0 IcebergWriterCompatV3 (ALLOWED_TABLE_FEATURES)")
 )

@@ -54,7 +54,10 @@ class Level(str, Enum):
 
 
 V1, V2, WV1 = Level.COMPAT_V1, Level.COMPAT_V2, Level.WRITER_COMPAT_V1
-ALL_LEVELS = frozenset({V1, V2, WV1})
+V3, WV3 = Level.COMPAT_V3, Level.WRITER_COMPAT_V3
+ALL_LEVELS = frozenset(Level)
+#: The levels that forbid deletion vectors (IcebergCompatV3 allows them).
+BEFORE_V3 = frozenset({V1, V2, WV1})
 
 
 class Severity(str, Enum):

@@ -8,7 +8,9 @@ from airflow_deltaberg.core.compat.model import (
     ALL_LEVELS,
     V1,
     V2,
+    V3,
     WV1,
+    WV3,
     CheckContext,
     Finding,
     Level,
@@ -17,7 +19,15 @@ from airflow_deltaberg.core.compat.model import (
     protocol_location,
 )
 
-_SECTION = {V1: "Iceberg Compatibility V1", V2: "Iceberg Compatibility V2", WV1: "IcebergWriterCompatV1"}
+_SECTION = {
+    V1: "protocol: Iceberg Compatibility V1",
+    V2: "protocol: Iceberg Compatibility V2",
+    WV1: "protocol: IcebergWriterCompatV1",
+    V3: "RFC IcebergCompatV3: Iceberg Compatibility V3",
+    # No RFC text: Delta Kernel 4.4.0 IcebergWriterCompatV3MetadataValidatorAndUpdater requires the feature.
+    WV3: "Delta Kernel 4.4.0 IcebergWriterCompatV3 (required table features and properties)",
+}
+ROW_TRACKING_PROPERTY = "delta.enableRowTracking"
 
 
 def reader_version(ctx: CheckContext) -> Iterator[Finding]:
@@ -66,6 +76,16 @@ def _property_enabled(level: Level):
     return check
 
 
+def row_tracking_enabled(ctx: CheckContext) -> Iterator[Finding]:
+    if not ctx.supports("rowTracking"):
+        yield Finding("the rowTracking feature is not in the protocol", protocol_location("writerFeatures"))
+    if not ctx.property_true(ROW_TRACKING_PROPERTY):
+        value = ctx.config.get(ROW_TRACKING_PROPERTY)
+        state = "is not set" if value is None else f"is {value!r}"
+        yield Finding(f"{ROW_TRACKING_PROPERTY} {state}; IcebergCompatV3 requires row tracking",
+                      property_location(ROW_TRACKING_PROPERTY))
+
+
 _UPGRADE_HINT = (
     "upgrade the protocol to reader 3 / writer 7 with columnMapping "
     "(deltaberg enable does this for you)"
@@ -78,7 +98,7 @@ PROTOCOL_RULES = [
         ALL_LEVELS,
         reader_version,
         _UPGRADE_HINT,
-        "protocol: IcebergCompatV1/V2, IcebergWriterCompatV1 (column mapping dependency)",
+        "protocol: IcebergCompatV1/V2/V3, IcebergWriterCompatV1 (column mapping dependency)",
     ),
     Rule(
         "protocol.writer-version",
@@ -86,7 +106,7 @@ PROTOCOL_RULES = [
         ALL_LEVELS,
         writer_version,
         _UPGRADE_HINT,
-        "protocol: IcebergCompatV1/V2, IcebergWriterCompatV1",
+        "protocol: IcebergCompatV1/V2/V3, IcebergWriterCompatV1",
     ),
     Rule(
         "protocol.feature.column-mapping",
@@ -96,8 +116,16 @@ PROTOCOL_RULES = [
         "add columnMapping to the protocol (deltaberg enable)",
         "protocol: Column Mapping, table features",
     ),
+    Rule(
+        "row-tracking.enabled",
+        "Row tracking is supported and enabled",
+        frozenset({V3}),
+        row_tracking_enabled,
+        f"add rowTracking (and domainMetadata) to the protocol and set {ROW_TRACKING_PROPERTY}=true",
+        "RFC IcebergCompatV3: writers require that Row Tracking be enabled",
+    ),
 ]
-for _level in (V1, V2, WV1):
+for _level in (V1, V2, WV1, V3, WV3):
     _levels = frozenset({_level})
     _short = _level.value
     PROTOCOL_RULES.append(
@@ -107,7 +135,7 @@ for _level in (V1, V2, WV1):
             _levels,
             _feature_listed(_level),
             f"add {_level.feature} to writerFeatures (deltaberg enable)",
-            f"protocol: {_SECTION[_level]}",
+            _SECTION[_level],
         )
     )
     PROTOCOL_RULES.append(
@@ -117,6 +145,6 @@ for _level in (V1, V2, WV1):
             _levels,
             _property_enabled(_level),
             f"set the table property {_level.property}=true (deltaberg enable)",
-            f"protocol: {_SECTION[_level]}",
+            _SECTION[_level],
         )
     )

@@ -40,12 +40,13 @@ class Tip:
         return dict(snap.summary.additional_properties) if snap and snap.summary else {}
 
 
-def _schema_and_spec(metadata: Metadata, table: str, tip: Tip) -> tuple[ConvertedSchema, PartitionSpec]:
+def _schema_and_spec(metadata: Metadata, table: str, tip: Tip,
+                     format_version: int = 2) -> tuple[ConvertedSchema, PartitionSpec]:
     prev = tip.published.metadata if tip.published else None
     converted = convert_schema(
         metadata.schema, metadata.column_mapping_mode, table=table,
         previous=prev.schema() if prev else None, previous_last_column_id=prev.last_column_id if prev else 0,
-        partition_columns=metadata.partition_columns,
+        partition_columns=metadata.partition_columns, format_version=format_version,
     )
     return converted, identity_spec(converted.schema, metadata.partition_columns,
                                     previous=prev.partition_specs if prev else ())
@@ -54,7 +55,7 @@ def _schema_and_spec(metadata: Metadata, table: str, tip: Tip) -> tuple[Converte
 def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, delta_version: int, timestamp_ms: int,
                   storage_options: Mapping[str, Any] | None = None, format_version: int = 2) -> SnapshotPlan:
     """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip``."""
-    converted, spec = _schema_and_spec(metadata, table.location, tip)
+    converted, spec = _schema_and_spec(metadata, table.location, tip, format_version)
     prev = tip.published.metadata if tip.published else None
     schema, spec = with_table_ids(converted.schema, spec, prev, resets_history(tip, metadata))
     converted = replace(converted, schema=schema)

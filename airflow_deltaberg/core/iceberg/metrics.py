@@ -4,6 +4,7 @@ Bounds must hold for every row, or Iceberg readers skip files that match. Delta 
 milliseconds and strings to a prefix, so: timestamp maxima are rounded up to the last microsecond of
 their millisecond, and string maxima that may have been cut are dropped (a cut prefix is below the real
 maximum). Lower bounds survive both truncations as they are. Float bounds at zero cover both zeros.
+Variant and geospatial columns get null counts only.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from pyiceberg.schema import Schema
 
 from airflow_deltaberg.core.delta.schema import PrimitiveType, StructType
 from airflow_deltaberg.core.iceberg.partition import arrow_type
+from airflow_deltaberg.core.iceberg.schema import VariantType
 from airflow_deltaberg.core.iceberg.single_value import serialize_bounds
 
+#: Types without Delta min/max stats to carry over: a variant has no order (Iceberg's variant bounds are per
+#: shredded path), and Iceberg's geospatial bounds are bounding boxes Delta does not keep. Null counts stay.
+NO_BOUNDS_TYPES = (VariantType, it.GeometryType, it.GeographyType)
 STRING_PREFIX_PROPERTY = "delta.dataSkippingStringPrefixLength"
 DEFAULT_STRING_PREFIX = 32
 
@@ -99,7 +104,6 @@ def file_metrics(stats: pa.StructArray, columns: list[StatColumn], string_prefix
     num_records = stats.field("numRecords") if n else pa.array([], pa.int64())
     keys_nc, nulls, keys_lo, lows, keys_hi, highs = [], [], [], [], [], []
     for col in columns:
-        target = arrow_type(col.iceberg_type)
         null_count = _dig(stats.field("nullCount"), col.physical_path) if n else None
         if null_count is not None and pa.types.is_integer(null_count.type):
             # With wide bounds (deletion vectors) only 0 and numRecords carry information.
@@ -107,6 +111,9 @@ def file_metrics(stats: pa.StructArray, columns: list[StatColumn], string_prefix
             null_count = pc.if_else(pc.or_(tight, informative), null_count, pa.scalar(None, pa.int64()))
             keys_nc.append(col.field_id)
             nulls.append(null_count)
+        if isinstance(col.iceberg_type, NO_BOUNDS_TYPES):
+            continue
+        target = arrow_type(col.iceberg_type)
         low = _dig(stats.field("minValues"), col.physical_path) if n else None
         high = _dig(stats.field("maxValues"), col.physical_path) if n else None
         if low is not None:

@@ -16,10 +16,11 @@ import re
 from dataclasses import dataclass
 
 from pydantic import BaseModel
-from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2, TableMetadataV3
+from pyiceberg.table.metadata import TableMetadataV2, TableMetadataV3
 from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.errors import ConcurrentConversionError, DeltabergError, FileAlreadyExistsError
+from airflow_deltaberg.core.iceberg.schema import parse_table_metadata
 from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, TableMetadata
 from airflow_deltaberg.core.storage import Storage
 
@@ -67,7 +68,7 @@ def latest_metadata(storage: Storage) -> PublishedMetadata | None:
             return None
         version = max(versions)
     key = metadata_key(version)
-    metadata = TableMetadataUtil.parse_raw(storage.read(key))
+    metadata = parse_table_metadata(storage.read(key))
     if not isinstance(metadata, (TableMetadataV2, TableMetadataV3)):
         raise DeltabergError(f"{storage.uri(key)} is not Iceberg format version 2 or 3 metadata")
     return PublishedMetadata(version, key, storage.uri(key), metadata)

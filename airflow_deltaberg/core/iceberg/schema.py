@@ -9,11 +9,16 @@ Delta schema evolves.
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
+from pydantic import Field
 from pyiceberg import types as it
 from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
@@ -43,6 +48,36 @@ _PRIMITIVES: dict[str, it.IcebergType] = {
     "timestamp": it.TimestamptzType(),
     "timestamp_ntz": it.TimestampType(),
 }
+
+
+
+
+class VariantType(it.PrimitiveType):
+    """Iceberg v3 ``variant`` (spec: Semi-structured Types), which pyiceberg 0.12 lacks: its metadata form is the
+    string ``variant``; data files hold it as Parquet's variant group (metadata, value[, typed_value])."""
+
+    root: Literal["variant"] = Field(default="variant")
+
+    def minimum_format_version(self) -> int:
+        return 3
+
+
+#: Delta types only Iceberg v3 holds: variant, and the geospatial types (their CRS, and edge algorithm, in the
+#: type name: geometry(OGC:CRS84), geography(OGC:CRS84, spherical)).
+V3_ONLY_TYPES = ("variant", "geometry", "geography")
+_GEO_PARAMETERS = re.compile(r"^(geometry|geography)(?:\((.*)\))?$")
+
+
+def _v3_type(t: PrimitiveType) -> it.IcebergType | None:
+    if t.name == "variant":
+        return VariantType()
+    match = _GEO_PARAMETERS.match(t.name)
+    if not match:
+        return None
+    parameters = [p.strip().strip("'\"") for p in (match.group(2) or "").split(",") if p.strip()]
+    if match.group(1) == "geometry":
+        return it.GeometryType(*parameters[:1])
+    return it.GeographyType(*parameters[:2])
 
 
 #: Iceberg's per-column metrics mode property (Iceberg "Write properties").
@@ -120,6 +155,7 @@ def convert_schema(
     previous_last_column_id: int = 0,
     schema_id: int = 0,
     partition_columns: tuple[str, ...] = (),
+    format_version: int = 2,
 ) -> ConvertedSchema:
     """The Iceberg schema and name mapping of a Delta schema.
 
@@ -134,7 +170,7 @@ def convert_schema(
     # nested ids under it) keep the id of the same name path in the previous schema, so an unchanged Delta
     # schema keeps its Iceberg schema.
     ids = _IdAllocator(previous_ids(previous), start, delta_ids)
-    fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table)
+    fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table, format_version)
     fields = [
         it.NestedField(f.field_id, f.name, f.field_type, required=False, doc=f.doc)
         if f.name in partition_columns else f
@@ -147,7 +183,21 @@ def convert_schema(
     except ValueError as exc:  # e.g. a column named "s.x" next to struct s with field x: ambiguous for Iceberg
         raise UnsupportedTypeError(f"the schema has no valid Iceberg form: {exc} (table {table})") from exc
     last = max([start, ids.next_id, *[fid for fid in _all_ids(schema.as_struct())]])
-    return ConvertedSchema(schema, NameMapping(mappings), last, _metrics_modes(schema))
+    return ConvertedSchema(schema, NameMapping(mappings), last, {**_metrics_modes(schema), **_read_properties(schema)})
+
+
+#: Iceberg's Spark reader property for vectorized Parquet reads (Iceberg "Read properties").
+VECTORIZATION_PROPERTY = "read.parquet.vectorization.enabled"
+
+
+def _read_properties(schema: Schema) -> dict[str, str]:
+    """Vectorized reads off for tables with a variant column. Delta writes shredded variants (variantShredding)
+    in Parquet's shredded layout, which Iceberg Java 1.12's row reader reads as written but its vectorized
+    reader, Spark's default, refuses ("Unsupported variant: shredded typed_value primitive"). A table may start
+    shredding at any later commit, so every table with a variant gets the property."""
+    if any(isinstance(schema.find_type(i), VariantType) for i in _all_ids(schema.as_struct())):
+        return {VECTORIZATION_PROPERTY: "false"}
+    return {}
 
 
 def _metrics_modes(schema: Schema) -> dict[str, str]:
@@ -185,7 +235,7 @@ def _names(field: StructField, mapped: bool) -> list[str]:
 
 
 def _convert_struct(
-    struct: StructType, path: tuple[str, ...], ids: _IdAllocator, mapped: bool, table: str
+    struct: StructType, path: tuple[str, ...], ids: _IdAllocator, mapped: bool, table: str, format_version: int = 2
 ) -> tuple[list[it.NestedField], list[MappedField]]:
     fields: list[it.NestedField] = []
     mappings: list[MappedField] = []
@@ -199,7 +249,7 @@ def _convert_struct(
             )
         field_id = ids.id_for(field_path, fixed)
         _refuse_char(f, field_path, table)
-        iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table)
+        iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table, format_version)
         _check_type_changes(f, iceberg_type, field_path, table)
         fields.append(it.NestedField(field_id, f.name, iceberg_type, required=not f.nullable))
         mappings.append(MappedField(field_id=field_id, names=_names(f, mapped), fields=children))
@@ -263,6 +313,7 @@ def _convert_type(
     ids: _IdAllocator,
     mapped: bool,
     table: str,
+    format_version: int = 2,
 ) -> tuple[it.IcebergType, list[MappedField]]:
     if isinstance(t, PrimitiveType):
         if t.is_decimal:
@@ -270,18 +321,27 @@ def _convert_type(
             return it.DecimalType(precision, scale), []
         if t.name in _PRIMITIVES:
             return _PRIMITIVES[t.name], []
+        v3 = _v3_type(t)
+        if v3 is not None and format_version >= 3:
+            return v3, []
+        if v3 is not None:
+            raise UnsupportedTypeError(
+                f"column {'.'.join(path)} has type {t.name}, which Iceberg v2 cannot represent (table {table}); "
+                "convert with Iceberg format version 3 (--format-version 3), or drop or cast the column"
+            )
         raise UnsupportedTypeError(
-            f"column {'.'.join(path)} has type {t.name}, which Iceberg v2 cannot represent (table {table}); "
-            "drop or cast the column before converting"
+            f"column {'.'.join(path)} has type {t.name}, which Iceberg v{format_version} cannot represent "
+            f"(table {table}); drop or cast the column before converting"
         )
     if isinstance(t, StructType):
-        fields, mappings = _convert_struct(t, path, ids, mapped, table)
+        fields, mappings = _convert_struct(t, path, ids, mapped, table, format_version)
         return it.StructType(*fields), mappings
     if isinstance(t, ArrayType):
         key = f"{slot}.element"
         element_id = ids.id_for((*path, "element"), _nested_id(owner, key, t.element_type, path, table) if mapped
                                 else None)
-        element, children = _convert_type(t.element_type, (*path, "element"), owner, key, ids, mapped, table)
+        element, children = _convert_type(t.element_type, (*path, "element"), owner, key, ids, mapped, table,
+                                          format_version)
         return (
             it.ListType(element_id, element, element_required=not t.contains_null),
             [MappedField(field_id=element_id, names=["element"], fields=children)],
@@ -291,9 +351,10 @@ def _convert_type(
         key_id = ids.id_for((*path, "key"), _nested_id(owner, key_slot, None, path, table) if mapped else None)
         value_id = ids.id_for((*path, "value"), _nested_id(owner, value_slot, t.value_type, path, table) if mapped
                               else None)
-        key_type, key_children = _convert_type(t.key_type, (*path, "key"), owner, key_slot, ids, mapped, table)
+        key_type, key_children = _convert_type(t.key_type, (*path, "key"), owner, key_slot, ids, mapped, table,
+                                               format_version)
         value_type, value_children = _convert_type(
-            t.value_type, (*path, "value"), owner, value_slot, ids, mapped, table
+            t.value_type, (*path, "value"), owner, value_slot, ids, mapped, table, format_version
         )
         return (
             it.MapType(key_id, key_type, value_id, value_type, value_required=not t.value_contains_null),
@@ -324,3 +385,57 @@ def _nested_id(owner: StructField, slot: str, content: DataType | None, path: tu
         f"Iceberg readers need (table {table}); enable IcebergCompatV2 or IcebergWriterCompatV1 "
         "(deltaberg enable) before converting"
     )
+
+
+# pyiceberg 0.12 parses no ``variant`` type: metadata holding one is parsed with a stand-in primitive at the
+# variant's ids, which are then given their VariantType back.
+_STAND_IN = "string"
+
+
+def parse_table_metadata(raw: bytes | str) -> TableMetadata:
+    """Iceberg table metadata from its JSON, variant columns included."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    if '"variant"' not in text:
+        return TableMetadataUtil.parse_raw(text)
+    document = json.loads(text)
+    variant_ids: set[int] = set()
+    for schema in document.get("schemas") or []:
+        _stand_in_variants(schema, variant_ids)
+    metadata = TableMetadataUtil.parse_obj(document)
+    schemas = [Schema(*_with_variants(s.as_struct(), variant_ids).fields, schema_id=s.schema_id,
+                      identifier_field_ids=s.identifier_field_ids) for s in metadata.schemas]
+    return metadata.model_copy(update={"schemas": schemas})
+
+
+def _stand_in_variants(t: object, ids: set[int]) -> None:
+    if not isinstance(t, dict):
+        return
+    slots = {"struct": (), "list": (("element", "element-id"),), "map": (("key", "key-id"), ("value", "value-id"))}
+    kind = t.get("type")
+    if kind == "struct":
+        for f in t.get("fields") or []:
+            if f.get("type") == "variant":
+                ids.add(f["id"])
+                f["type"] = _STAND_IN
+            else:
+                _stand_in_variants(f.get("type"), ids)
+    for key, id_key in slots.get(kind, ()) if isinstance(kind, str) else ():
+        if t.get(key) == "variant":
+            ids.add(t[id_key])
+            t[key] = _STAND_IN
+        else:
+            _stand_in_variants(t.get(key), ids)
+
+
+def _with_variants(t: it.IcebergType, ids: set[int]) -> it.IcebergType:
+    def slot(field_id: int, inner: it.IcebergType) -> it.IcebergType:
+        return VariantType() if field_id in ids else _with_variants(inner, ids)
+
+    if isinstance(t, it.StructType):
+        return it.StructType(*[f.model_copy(update={"field_type": slot(f.field_id, f.field_type)}) for f in t.fields])
+    if isinstance(t, it.ListType):
+        return t.model_copy(update={"element_type": slot(t.element_id, t.element_type)})
+    if isinstance(t, it.MapType):
+        return t.model_copy(update={"key_type": slot(t.key_id, t.key_type),
+                                    "value_type": slot(t.value_id, t.value_type)})
+    return t

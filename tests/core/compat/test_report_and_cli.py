@@ -99,7 +99,7 @@ def test_json_schema_of_a_failing_report(bad: Path) -> None:
     assert data["compliant"] is False and data["error_count"] > 0
     reader = next(v for v in data["violations"] if v["rule_id"] == "protocol.reader-version")
     assert reader["location"] == {"kind": "protocol", "path": "minReaderVersion"}
-    assert reader["levels"] == ["compat-v1", "compat-v2", WV1]
+    assert reader["levels"] == ["compat-v1", "compat-v2", "compat-v3", WV1, "writer-compat-v3"]
     assert reader["severity"] == "error"
 
 
@@ -231,7 +231,7 @@ def test_cli_exit_2_on_errors(case: str, tmp_path: Path, bad: Path, fixtures_dir
 
 
 def test_cli_rejects_an_unknown_level(bad: Path) -> None:
-    result = run_deltaberg("validate", str(bad), "--level", "compat-v3")
+    result = run_deltaberg("validate", str(bad), "--level", "compat-v4")
     assert result.returncode == 2 and "invalid choice" in result.stderr
 
 

@@ -40,6 +40,7 @@ from airflow_deltaberg.core.compat.model import Location
 from airflow_deltaberg.core.errors import CorruptLogError
 
 V1, V2, WV1 = "compat-v1", "compat-v2", "writer-compat-v1"
+V3, WV3 = "compat-v3", "writer-compat-v3"
 UTC = dt.timezone.utc
 
 # -- schemas and rows -----------------------------------------------------------------------------------
@@ -86,6 +87,39 @@ def compliant(path: Path, **kwargs) -> BuiltTable:
     """A compliant (IcebergCompatV2 + IcebergWriterCompatV1) table with two files."""
     table = create_compliant_table(path, PARTITIONED_FIELDS, partition_by=["part"], **kwargs)
     add_files(table, rows())
+    return table
+
+
+#: IcebergCompatV3 + IcebergWriterCompatV3 as Delta Kernel 4.4.0 creates them (tests/spark/test_compat_v3_parity.py):
+#: row tracking on, deletion vectors allowed, IcebergCompatV2 and IcebergWriterCompatV1 off.
+V3_PROTOCOL = {
+    "readerFeatures": ["columnMapping", "deletionVectors"],
+    "writerFeatures": ["columnMapping", "deletionVectors", "domainMetadata", "rowTracking", "icebergCompatV3",
+                       "icebergWriterCompatV3"],
+}
+V3_PROPERTIES = {
+    "delta.enableIcebergCompatV2": None,
+    "delta.enableIcebergWriterCompatV1": None,
+    "delta.enableIcebergCompatV3": "true",
+    "delta.enableIcebergWriterCompatV3": "true",
+    "delta.enableRowTracking": "true",
+    "delta.enableDeletionVectors": "true",
+}
+
+
+def v3_features(*extra: str, reader: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    return {"readerFeatures": [*V3_PROTOCOL["readerFeatures"], *reader],
+            "writerFeatures": [*V3_PROTOCOL["writerFeatures"], *reader, *extra]}
+
+
+def compliant_v3(path: Path, fields: list | None = None, *, partition_by: tuple[str, ...] = ("part",),
+                 properties: dict | None = None, protocol: dict | None = None, data: bool = True) -> BuiltTable:
+    """A compliant IcebergCompatV3 + IcebergWriterCompatV3 table with two files."""
+    table = create_compliant_table(path, fields or PARTITIONED_FIELDS, partition_by=list(partition_by),
+                                   extra_properties={**V3_PROPERTIES, **(properties or {})},
+                                   protocol_overrides=protocol or V3_PROTOCOL)
+    if data:
+        add_files(table, rows())
     return table
 
 
@@ -447,6 +481,143 @@ def break_file_types(p: Path) -> Broken:
     return t.path, _file_locations(adds)
 
 
+# IcebergCompatV3 / IcebergWriterCompatV3 ---------------------------------------------------------------
+
+
+def keep_v3(p: Path) -> Path:
+    return compliant_v3(p).path
+
+
+def break_feature_v3(p: Path) -> Broken:
+    return compliant(p).path, [Location("protocol", "writerFeatures")]  # an IcebergCompatV2 table
+
+
+def break_property_v3(p: Path) -> Broken:
+    t = compliant_v3(p, properties={"delta.enableIcebergCompatV3": "false"})
+    return t.path, [Location("property", "delta.enableIcebergCompatV3")]
+
+
+def break_feature_wv3(p: Path) -> Broken:
+    protocol = {**V3_PROTOCOL, "writerFeatures": [f for f in V3_PROTOCOL["writerFeatures"]
+                                                  if f != "icebergWriterCompatV3"]}
+    return compliant_v3(p, protocol=protocol).path, [Location("protocol", "writerFeatures")]
+
+
+def break_property_wv3(p: Path) -> Broken:
+    t = compliant_v3(p, properties={"delta.enableIcebergWriterCompatV3": None})
+    return t.path, [Location("property", "delta.enableIcebergWriterCompatV3")]
+
+
+def break_row_tracking_enabled(p: Path) -> Broken:
+    t = compliant_v3(p, properties={"delta.enableRowTracking": "false"})
+    return t.path, [Location("property", "delta.enableRowTracking")]
+
+
+def break_v2_inactive(p: Path) -> Broken:
+    t = compliant_v3(p, properties={"delta.enableIcebergCompatV2": "true"},
+                     protocol=v3_features("icebergCompatV2"))
+    return t.path, [Location("property", "delta.enableIcebergCompatV2")]
+
+
+def keep_v2_inactive(p: Path) -> Path:
+    """icebergCompatV2 supported (Kernel allows it) but not enabled."""
+    return compliant_v3(p, protocol=v3_features("icebergCompatV2"),
+                        properties={"delta.enableIcebergCompatV2": "false"}).path
+
+
+def break_v3_allowlist(p: Path) -> Broken:
+    t = compliant_v3(p, [("id", "long"), ("nothing", "void")], partition_by=(), data=False)
+    return t.path, [Location("column", "nothing")]
+
+
+def keep_v3_allowlist(p: Path) -> Path:
+    """variant and the geospatial types are IcebergCompatV3 types."""
+    fields = [("id", "long"), ("v", "variant"), ("shape", "geometry(OGC:CRS84)"), ("place", "geography(OGC:CRS84)")]
+    return compliant_v3(p, fields, partition_by=(), data=False,
+                        protocol=v3_features(reader=("variantType", "geospatial"))).path
+
+
+def _widened(p: Path, source: str, target: str) -> BuiltTable:
+    t = compliant_v3(p, [("id", "long"), ("w", target)], partition_by=(), data=False,
+                     protocol=v3_features(reader=("typeWidening",)))
+    edit_field(t, "w", lambda f: f["metadata"].update(
+        {"delta.typeChanges": [{"fromType": source, "toType": target}]}))
+    return t
+
+
+def break_widening(p: Path) -> Broken:
+    return _widened(p, "integer", "double").path, [Location("column", "w")]  # Delta allows int -> double
+
+
+def keep_widening(p: Path) -> Path:
+    return _widened(p, "decimal(10,2)", "decimal(12,2)").path
+
+
+def break_partition_types(p: Path) -> Broken:
+    t = compliant_v3(p, [("id", "long"), ("v", "variant")], partition_by=("v",), data=False,
+                     protocol=v3_features(reader=("variantType",)))
+    return t.path, [Location("column", "v")]
+
+
+def _with_default(p: Path, default: str) -> BuiltTable:
+    t = compliant_v3(p, protocol=v3_features("allowColumnDefaults"))
+    edit_field(t, "name", lambda f: f["metadata"].update({"CURRENT_DEFAULT": default}))
+    return t
+
+
+def break_defaults(p: Path) -> Broken:
+    return _with_default(p, "current_user()").path, [Location("column", "name")]
+
+
+def keep_defaults(p: Path) -> Path:
+    return _with_default(p, "'unknown'").path
+
+
+def break_v3_feature_allowlist(p: Path) -> Broken:
+    t = compliant_v3(p, protocol=v3_features(reader=("collations",)))
+    return t.path, [Location("feature", "collations")]
+
+
+def keep_v3_feature_allowlist(p: Path) -> Path:
+    """Every feature Kernel's IcebergWriterCompatV3 allows (the legacy ones inactive)."""
+    allowed = ("appendOnly", "inCommitTimestamp", "clustering", "invariants", "checkConstraints", "changeDataFeed",
+               "generatedColumns", "identityColumns", "allowColumnDefaults", "checkpointProtection",
+               "icebergCompatV2", "icebergWriterCompatV1")
+    reader = ("v2Checkpoint", "vacuumProtocolCheck", "typeWidening", "timestampNtz", "variantType",
+              "variantShredding-preview", "geospatial")
+    return compliant_v3(p, protocol=v3_features(*allowed, reader=reader)).path
+
+
+ROW_ID_COLUMN = "_row-id-col-1"
+
+
+def _row_id_table(p: Path, field_id: bytes) -> tuple[BuiltTable, str]:
+    """A V3 table with one file holding a materialized row id column (as Delta on Spark writes after UPDATE)."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    t = compliant_v3(p, [("id", "long")], partition_by=(), data=False,
+                     properties={"delta.rowTracking.materializedRowIdColumnName": ROW_ID_COLUMN})
+    data = pa.table([pa.array([1, 2], pa.int64()), pa.array([0, 1], pa.int64())],
+                    schema=pa.schema([pa.field("col-1", pa.int64(), metadata={b"PARQUET:field_id": b"1"}),
+                                      pa.field(ROW_ID_COLUMN, pa.int64(), metadata={b"PARQUET:field_id": field_id})]))
+    pq.write_table(data, t.path / "f.parquet")
+    stats = {"numRecords": 2, "minValues": {"col-1": 1}, "maxValues": {"col-1": 2}, "nullCount": {"col-1": 0}}
+    t.commit([{"add": {"path": "f.parquet", "partitionValues": {}, "size": os.path.getsize(t.path / "f.parquet"),
+                       "modificationTime": 1, "dataChange": True, "stats": json.dumps(stats), "baseRowId": 0}}])
+    return t, "f.parquet"
+
+
+def break_row_tracking_field_ids(p: Path) -> Broken:
+    t, path = _row_id_table(p, b"7")
+    return t.path, [Location("file", path)]
+
+
+def keep_row_tracking_field_ids(p: Path) -> Path:
+    return _row_id_table(p, b"2147483540")[0].path
+
+
 def keep(p: Path) -> Path:
     return compliant(p).path
 
@@ -491,6 +662,19 @@ CASES: dict[str, Case] = {
     "disallowed.collations": Case(WV1, break_collations, keep),
     "disallowed.variant": Case(WV1, break_variant, keep),
     "features.allowlist": Case(WV1, break_allowlist, keep_allowlist),
+    "protocol.feature.compat-v3": Case(V3, break_feature_v3, keep_v3),
+    "property.enable-compat-v3": Case(V3, break_property_v3, keep_v3),
+    "protocol.feature.writer-compat-v3": Case(WV3, break_feature_wv3, keep_v3),
+    "property.enable-writer-compat-v3": Case(WV3, break_property_wv3, keep_v3),
+    "row-tracking.enabled": Case(V3, break_row_tracking_enabled, keep_v3),
+    "compat.v2-inactive": Case(V3, break_v2_inactive, keep_v2_inactive),
+    "types.compat-v3-allowlist": Case(V3, break_v3_allowlist, keep_v3_allowlist),
+    "types.widening-allowlist": Case(V3, break_widening, keep_widening),
+    "partitions.primitive-types": Case(V3, break_partition_types, keep_v3),
+    "defaults.literal": Case(V3, break_defaults, keep_defaults),
+    "features.v3-allowlist": Case(WV3, break_v3_feature_allowlist, keep_v3_feature_allowlist),
+    "data.row-tracking-field-ids": Case(V3, break_row_tracking_field_ids, keep_row_tracking_field_ids,
+                                        data_checks=True),
     "paths.files-outside-table": Case(V2, break_files_outside, keep),
     "data.num-records": Case(V2, break_num_records, keep, data_checks=True),
     "data.partition-values-materialized": Case(V2, break_materialized, keep, data_checks=True),
@@ -569,6 +753,60 @@ def test_compliant_table_passes_every_rule_of_its_levels(level: str, tmp_path: P
     assert report.files_sampled == 2
     expected_levels = {V2, WV1} if level == WV1 else {V2}
     assert set(report.rules_checked) == {r.id for r in RULES if {lv.value for lv in r.levels} & expected_levels}
+
+
+@pytest.mark.parametrize("level", [V3, WV3])
+def test_compliant_v3_table_passes_every_rule_of_its_levels(level: str, tmp_path: Path) -> None:
+    table = compliant_v3(tmp_path / "t")
+    report = validate(table.location, level, data_checks=True)
+    assert report.violations == ()
+    assert report.files_sampled == 2
+    expected_levels = {V3, WV3} if level == WV3 else {V3}
+    assert set(report.rules_checked) == {r.id for r in RULES if {lv.value for lv in r.levels} & expected_levels}
+
+
+def test_v3_levels_have_rules(tmp_path: Path) -> None:
+    """Regression: compat-v3 and writer-compat-v3 had no rules, so every table passed them."""
+    table = compliant(tmp_path / "t")  # IcebergCompatV2 + IcebergWriterCompatV1
+    assert _failed(table.path, V3) == {"protocol.feature.compat-v3", "property.enable-compat-v3",
+                                        "row-tracking.enabled", "compat.v2-inactive"}
+    assert _failed(table.path, WV3) == {"protocol.feature.compat-v3", "property.enable-compat-v3",
+                                         "row-tracking.enabled", "compat.v2-inactive",
+                                         "protocol.feature.writer-compat-v3", "property.enable-writer-compat-v3"}
+
+
+def test_v3_table_with_deletion_vectors_is_compliant(tmp_path: Path) -> None:
+    """IcebergCompatV3 allows deletion vectors (RFC note): live files with one pass, unlike at compat-v2."""
+    t = create_compliant_table(tmp_path / "t", FIELDS, extra_properties=V3_PROPERTIES, protocol_overrides=V3_PROTOCOL)
+    add_files(t, {k: v for k, v in rows(32).items() if k != "part"}, deletion_vector=INLINE_DV)
+    assert _failed(t.path, WV3, data_checks=True) == set()
+
+
+def test_v3_writer_rules_are_the_v1_writer_rules(tmp_path: Path) -> None:
+    """byte/short, name mode and the legacy features fail writer-compat-v3 as they fail writer-compat-v1."""
+    t = compliant_v3(tmp_path / "t", [("id", "long"), ("tiny", "byte")], partition_by=(), data=False,
+                     properties={"delta.enableChangeDataFeed": "true"})
+    assert _failed(t.path, WV3) == {"types.no-byte-short", "disallowed.change-data-feed"}
+    assert _failed(t.path, V3) == set()
+
+
+@pytest.mark.parametrize(("source", "target", "allowed"), [
+    ("byte", "long", True), ("short", "integer", True), ("integer", "long", True), ("float", "double", True),
+    ("decimal(5,2)", "decimal(7,2)", True), ("decimal(5,2)", "decimal(7,3)", False), ("integer", "double", False),
+    ("long", "decimal(20,0)", False), ("date", "timestamp_ntz", False),
+])
+def test_type_widening_allowlist(source: str, target: str, allowed: bool, tmp_path: Path) -> None:
+    t = _widened(tmp_path / "t", source, target)
+    assert ("types.widening-allowlist" not in _failed(t.path, V3)) is allowed
+
+
+@pytest.mark.parametrize(("default", "literal"), [
+    ("'x'", True), ("42", True), ("-1.5", True), ("NULL", True), ("true", True), ("DATE'2024-01-01'", True),
+    ("TIMESTAMP '2024-01-01 00:00:00'", True), ("1 + 1", False), ("current_date()", False), ("'a' || 'b'", False),
+])
+def test_literal_defaults(default: str, literal: bool, tmp_path: Path) -> None:
+    t = _with_default(tmp_path / "t", default)
+    assert ("defaults.literal" not in _failed(t.path, V3)) is literal
 
 
 def test_compliant_v1_table_passes_compat_v1(tmp_path: Path) -> None:
