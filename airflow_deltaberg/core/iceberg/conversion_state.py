@@ -105,8 +105,12 @@ class ManifestTable:
     def __iter__(self) -> Iterator[ManifestRecord]:
         return iter([_record(row) for row in self.table.drop_columns(["list_row"]).to_pylist()])
 
-    def record(self, position: int) -> ManifestRecord:
-        return _record(self.table.slice(position, 1).drop_columns(["list_row"]).to_pylist()[0])
+    def records(self, positions: Sequence[int]) -> list[ManifestRecord]:
+        """The records at ``positions``, in their order."""
+        if not positions:
+            return []
+        rows = self.table.drop_columns(["list_row"]).take(pa.array(positions, pa.int64())).to_pylist()
+        return [_record(row) for row in rows]
 
     def ints(self, name: str) -> np.ndarray:
         """A column of longs; nulls read as 0."""

@@ -59,7 +59,7 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
                               version=plan.delta_version)
     prev = tip.published.metadata if tip.published else None
     positions = manifests.unencoded(plan.format_version)
-    records = [manifests.record(p) for p in positions]
+    records = manifests.records(positions)
     infos = [assign_sequence_numbers(r.info, plan.snapshot_id, plan.sequence_number) for r in records]
     lineage = None
     if plan.format_version >= 3:

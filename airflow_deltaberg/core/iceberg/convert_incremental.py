@@ -95,7 +95,7 @@ def _remove_entries(
     # Only the manifests whose path range holds a location are read. A removal spread over a partition touches a
     # few manifests: they are rewritten two at a time.
     positions = manifests.candidates(content, locations)
-    rewritten = two_at_a_time(without, [manifests.record(p) for p in positions])
+    rewritten = two_at_a_time(without, manifests.records(positions))
     return {p: record for p, record in zip(positions, rewritten, strict=True) if record is not None}
 
 
@@ -159,8 +159,7 @@ def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: Sn
     live_deletes: list[pa.Table] = []
     data_positions = manifests.candidates(0, looked_up)
     delete_positions = manifests.candidates(1, added)
-    for position in sorted(data_positions + delete_positions):
-        record = manifests.record(position)
+    for record in manifests.records(sorted(data_positions + delete_positions)):
         wanted = added if record.info.content == 1 else looked_up
         entries = read_entries(storage, record)
         entries = entries.filter(pc.and_(pc.not_equal(entries.column("status"), 2),
