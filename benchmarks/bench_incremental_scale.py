@@ -13,7 +13,7 @@ and the conversion state, the new manifests, the state, the manifest list, the m
 ``time.perf_counter`` around the functions that do them; their medians are printed per table (phases nest: a
 phase's time includes the phases it calls).
 
-    python benchmarks/bench_incremental_scale.py BIG_TABLE SMALL_TABLE [--runs 5] [--phases]
+    python benchmarks/bench_incremental_scale.py BIG_TABLE SMALL_TABLE [--runs 5] [--phases] [--json OUT]
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ PHASES = (
     ("airflow_deltaberg.core.iceberg.convert_incremental", "commit_snapshot", "  commit snapshot"),
     ("airflow_deltaberg.core.iceberg.convert_commit", "write_state", "    write conversion state"),
     ("airflow_deltaberg.core.iceberg.convert_commit", "write_manifest_list", "    write manifest list"),
+    ("airflow_deltaberg.core.iceberg.convert_commit", "write_manifest_list_rows", "    write manifest list"),
     ("airflow_deltaberg.core.iceberg.convert_commit", "build_metadata", "    build metadata"),
     ("airflow_deltaberg.core.iceberg.convert_commit", "publish_metadata", "    publish metadata.json"),
     ("airflow_deltaberg.core.iceberg.convert", "dropped_metadata_files", "dropped metadata files"),
@@ -55,6 +56,10 @@ PHASES = (
 def phases_child(path: str) -> None:
     """Convert the table once with the PHASES timed; prints their seconds as JSON."""
     sys.path.insert(0, str(REPO))
+    # What bench_convert's child imports before its timed call (pyiceberg's table module is imported lazily).
+    from pyiceberg.io.pyarrow import PyArrowFileIO  # noqa: F401
+    from pyiceberg.table import StaticTable  # noqa: F401
+
     seconds: dict[str, float] = defaultdict(float)
 
     def timer(fn, phase):  # noqa: ANN001, ANN202
@@ -77,13 +82,14 @@ def phases_child(path: str) -> None:
 
 
 def run_phases_child(table: Path, timeout: float) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--phases-child", str(table), str(table)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), str(table), str(table), "--phases-child", str(table)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def print_phases(runs: dict[str, list[dict]]) -> None:
-    names = [phase for _module, _name, phase in PHASES if any(phase in r for rs in runs.values() for r in rs)]
+    names = [phase for phase in dict.fromkeys(p for _module, _name, p in PHASES)
+             if any(phase in r for rs in runs.values() for r in rs)]
     print(f"\nphases, median ms ({', '.join(f'{k}: {len(v)} runs' for k, v in runs.items())}):")
     print(f"  {'phase':<34}" + "".join(f"{k:>10}" for k in runs))
     for phase in names:
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--phases", action="store_true", help="also time the conversion's phases (extra children)")
+    parser.add_argument("--json", type=Path, help="also write every run's figures (and phases) to this file")
     parser.add_argument("--phases-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.phases_child:
@@ -134,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a measurement script: report, never fail the caller
         print(f"benchmark aborted: {type(exc).__name__}: {exc}")
         return 0
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "phases": phases}))
     big = statistics.median(r["seconds"] for r in runs["big"])
     small = statistics.median(r["seconds"] for r in runs["small"])
     print(f"\n{COMMIT_FILES}-file append, median of {args.runs}: big {big:.3f} s "
