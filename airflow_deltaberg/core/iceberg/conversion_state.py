@@ -1,12 +1,14 @@
 """What an incremental run needs from the previous one, kept next to the Iceberg metadata.
 
-Per Iceberg snapshot, ``<manifest list>.state.json`` (named after the snapshot's manifest list, which is
+Per Iceberg snapshot, ``<manifest list>.state.arrow`` (named after the snapshot's manifest list, which is
 unique per attempt, so a converter that lost a race never overwrites the winner's) records the Delta
-version and its
-metaData action, and for each manifest of the snapshot its manifest-list row, the path range of its
-files, and an Arrow copy of its entries (``<manifest>.entries.arrow``, an Arrow IPC file; earlier versions of
-this converter wrote ``.entries.parquet``, still read). With it, an incremental run
-reads only the commits after the converted version and rewrites only the manifests a removal touches.
+version and its metaData action, and for each manifest of the snapshot its manifest-list row (as fields, and as
+the Avro bytes the manifest list holds), the path range of its files, and an Arrow copy of its entries
+(``<manifest>.entries.arrow``, an Arrow IPC file; earlier versions of this converter wrote ``.entries.parquet``,
+still read). With it, an incremental run reads only the commits after the converted version, rewrites only the
+manifests a removal touches, and copies the rows of the manifests it keeps into the new manifest list and state
+as they are: a commit costs what it changes, not what the table holds (``ManifestTable``). Earlier versions kept
+the state as JSON (``<manifest list>.state.json``), still read.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -27,7 +29,13 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.iceberg.manifest import FieldSummary, ManifestFileInfo, write_manifest
+from airflow_deltaberg.core.iceberg.manifest import (
+    MANIFEST_LIST_ARROW_TYPES,
+    FieldSummary,
+    ManifestFileInfo,
+    manifest_list_columns,
+    write_manifest,
+)
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
@@ -57,11 +65,130 @@ class ManifestRecord:
         return cls(_info_from_json(dict(data["info"])), data["entries"], data["min_path"], data["max_path"])
 
 
+_INFO_FIELDS = tuple(f.name for f in fields(ManifestFileInfo))
+#: The columns of a ManifestTable: the manifest-list row's fields, where its entries and files are, its encoding.
+MANIFEST_TABLE_SCHEMA = pa.schema(
+    [(name, MANIFEST_LIST_ARROW_TYPES.get(name, pa.int64())) for name in _INFO_FIELDS]
+    + [("entries_key", pa.string()), ("min_path", pa.string()), ("max_path", pa.string()), ("list_row", pa.binary())]
+)
+_STATE_METADATA = b"deltaberg.conversion-state"
+
+
+class ManifestTable:
+    """The manifests of a snapshot in manifest-list order, one row each (``MANIFEST_TABLE_SCHEMA``).
+
+    ``list_row`` is the manifest's row of the manifest list as Avro encodes it for Iceberg format version
+    ``list_rows_version`` (null for a manifest new in the snapshot being built, until ``commit_snapshot`` encodes
+    it): the rows of the manifests a commit keeps go into the next manifest list and state as they are, so that a
+    commit touches only the rows of the manifests it adds or rewrites. Records (``ManifestRecord``) are made for
+    the rows asked for; iterating makes all of them."""
+
+    def __init__(self, table: pa.Table, list_rows_version: int | None = None) -> None:
+        self.table = table
+        self.list_rows_version = list_rows_version
+
+    @classmethod
+    def from_records(cls, records: Sequence[ManifestRecord], list_rows: pa.Array | None = None,
+                     list_rows_version: int | None = None) -> ManifestTable:
+        columns = manifest_list_columns([r.info for r in records], format_version=3)
+        arrays = [columns[name] for name in _INFO_FIELDS] + [
+            pa.array([r.entries_key for r in records], pa.string()),
+            pa.array([r.min_path for r in records], pa.string()),
+            pa.array([r.max_path for r in records], pa.string()),
+            pa.nulls(len(records), pa.binary()) if list_rows is None else list_rows,
+        ]
+        return cls(pa.Table.from_arrays(arrays, schema=MANIFEST_TABLE_SCHEMA), list_rows_version)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __iter__(self) -> Iterator[ManifestRecord]:
+        return iter([_record(row) for row in self.table.drop_columns(["list_row"]).to_pylist()])
+
+    def records(self, positions: Sequence[int]) -> list[ManifestRecord]:
+        """The records at ``positions``, in their order."""
+        if not positions:
+            return []
+        rows = self.table.drop_columns(["list_row"]).take(pa.array(positions, pa.int64())).to_pylist()
+        return [_record(row) for row in rows]
+
+    def ints(self, name: str) -> np.ndarray:
+        """A column of longs; nulls read as 0."""
+        return np.asarray(self.table.column(name).combine_chunks().fill_null(0), np.int64) if len(self) else \
+            np.zeros(0, np.int64)
+
+    def candidates(self, content: int, paths: pa.Array) -> list[int]:
+        """Positions of the manifests of ``content`` whose path range holds one of ``paths``, in order (what
+        ``ManifestRecord.may_contain`` says of each, for all of them at once)."""
+        paths = pc.drop_null(paths)
+        if not len(paths) or not len(self):
+            return []
+        wanted = np.flatnonzero((self.ints("content") == content)
+                                & self.table.column("min_path").is_valid().to_numpy(zero_copy_only=False)
+                                & self.table.column("max_path").is_valid().to_numpy(zero_copy_only=False))
+        if not len(wanted):
+            return []
+        # Python's str order is Arrow's (UTF-8 byte order is code point order).
+        ordered = np.asarray(pc.unique(paths).sort().to_pylist(), object)
+        low = np.asarray(self.table.column("min_path").take(pa.array(wanted)).to_pylist(), object)
+        high = np.asarray(self.table.column("max_path").take(pa.array(wanted)).to_pylist(), object)
+        first = np.searchsorted(ordered, low, side="left")  # the first path >= min_path
+        inside = first < len(ordered)
+        inside[inside] = ordered[first[inside]] <= high[inside]
+        return wanted[inside].tolist()
+
+    def with_changes(self, replaced: Mapping[int, ManifestRecord], added: Sequence[ManifestRecord] = (), *,
+                     list_rows: Sequence[bytes] | None = None) -> ManifestTable:
+        """The manifests with those at the positions of ``replaced`` replaced and ``added`` after them. The new
+        rows' ``list_row`` is null, or ``list_rows`` (in the order of the replaced positions, then ``added``),
+        encoded for ``list_rows_version``."""
+        if not replaced and not added:
+            return self
+        positions = sorted(replaced)
+        new = [replaced[p] for p in positions] + list(added)
+        rows = None if list_rows is None else pa.array(list(list_rows), pa.binary())
+        new_table = ManifestTable.from_records(new, rows).table
+        order = np.arange(len(self) + len(added), dtype=np.int64)
+        order[positions] = len(self) + np.arange(len(positions))
+        order[len(self):] = len(self) + len(positions) + np.arange(len(added))
+        combined = pa.concat_tables([self.table, new_table]).take(pa.array(order))
+        return ManifestTable(combined, self.list_rows_version)
+
+    def unencoded(self, format_version: int) -> list[int]:
+        """Positions of the manifests whose manifest-list row is to be encoded for ``format_version``."""
+        if self.list_rows_version != format_version:
+            return list(range(len(self)))
+        return np.flatnonzero(self.table.column("list_row").is_null().to_numpy(zero_copy_only=False)).tolist()
+
+    def encoded(self, records: Mapping[int, ManifestRecord], list_rows: pa.BinaryArray,
+                format_version: int) -> ManifestTable:
+        """The manifests with the rows at the positions of ``records`` (every one ``unencoded`` named) replaced
+        by them and their encoded manifest-list rows (in position order)."""
+        table = self.with_changes(records, list_rows=list_rows.to_pylist()).table if records else self.table
+        return ManifestTable(table, format_version)
+
+    @property
+    def list_rows(self) -> pa.ChunkedArray:
+        return self.table.column("list_row")
+
+
+def _record(row: dict[str, Any]) -> ManifestRecord:
+    partitions = row["partitions"]
+    info = ManifestFileInfo(
+        **{name: row[name] for name in _INFO_FIELDS if name != "partitions"},
+        partitions=None if partitions is None else tuple(
+            FieldSummary(p["contains_null"], p["contains_nan"], p["lower_bound"], p["upper_bound"])
+            for p in partitions
+        ),
+    )
+    return ManifestRecord(info, row["entries_key"], row["min_path"], row["max_path"])
+
+
 @dataclass(frozen=True)
 class ConversionState:
     delta_version: int
     delta_metadata: Metadata  # the Delta metaData in force at delta_version
-    manifests: tuple[ManifestRecord, ...]
+    manifests: ManifestTable
 
 
 def data_path_column(content: str | int) -> str:
@@ -70,6 +197,11 @@ def data_path_column(content: str | int) -> str:
 
 
 def state_key(manifest_list_key: str) -> str:
+    return f"{manifest_list_key}.state.arrow"
+
+
+def json_state_key(manifest_list_key: str) -> str:
+    """Where earlier versions of this converter kept the state (as JSON)."""
     return f"{manifest_list_key}.state.json"
 
 
@@ -79,9 +211,6 @@ def _bytes_to_text(value: bytes | None) -> str | None:
 
 def _text_to_bytes(value: str | None) -> bytes | None:
     return None if value is None else base64.b64decode(value)
-
-
-_INFO_FIELDS = tuple(f.name for f in fields(ManifestFileInfo))
 
 
 def _info_to_json(info: ManifestFileInfo) -> dict[str, Any]:
@@ -111,12 +240,15 @@ def _info_from_json(data: dict[str, Any]) -> ManifestFileInfo:
 
 
 def write_state(storage: Storage, manifest_list_key: str, state: ConversionState) -> None:
-    payload = {
-        "delta_version": state.delta_version,
-        "delta_metadata": state.delta_metadata.to_action(),
-        "manifests": [m.to_json() for m in state.manifests],
-    }
-    storage.write_if_absent(state_key(manifest_list_key), json.dumps(payload).encode())
+    """Write the state as an Arrow IPC file: the manifests' rows, and the Delta version and metaData (JSON) in the
+    schema's metadata."""
+    about = {"delta_version": state.delta_version, "delta_metadata": state.delta_metadata.to_action(),
+             "list_rows_version": state.manifests.list_rows_version}
+    table = state.manifests.table.replace_schema_metadata({_STATE_METADATA: json.dumps(about).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+    storage.write_if_absent(state_key(manifest_list_key), sink.getvalue().to_pybytes())
 
 
 def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
@@ -124,14 +256,26 @@ def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
     prefix = storage.root.rstrip("/") + "/"
     if not manifest_list.startswith(prefix):
         return None
+    list_key = manifest_list[len(prefix):]
     try:
-        data = json.loads(storage.read(state_key(manifest_list[len(prefix):])))
+        data = storage.read(state_key(list_key))
+    except FileNotFoundError:
+        return _read_json_state(storage, list_key)
+    table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    about = json.loads(table.schema.metadata[_STATE_METADATA])
+    return ConversionState(about["delta_version"], Metadata.from_action(about["delta_metadata"]),
+                           ManifestTable(table.replace_schema_metadata(None), about["list_rows_version"]))
+
+
+def _read_json_state(storage: Storage, list_key: str) -> ConversionState | None:
+    try:
+        data = json.loads(storage.read(json_state_key(list_key)))
     except FileNotFoundError:
         return None
     return ConversionState(
         data["delta_version"],
         Metadata.from_action(data["delta_metadata"]),
-        tuple(ManifestRecord.from_json(m) for m in data["manifests"]),
+        ManifestTable.from_records([ManifestRecord.from_json(m) for m in data["manifests"]]),
     )
 
 

@@ -25,7 +25,7 @@ from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
-from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_state
+from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, read_state
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
 from airflow_deltaberg.core.iceberg.convert_incremental import convert_incremental
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot
@@ -77,7 +77,8 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options,
                          format_version)
     with discarded_unless_published(storage, tip, plan):
-        manifests = write_snapshot_manifests(storage, plan, snapshot, manifest_writer or in_process)
+        manifests = ManifestTable.from_records(write_snapshot_manifests(storage, plan, snapshot,
+                                                                        manifest_writer or in_process))
         summary = snapshot_summary(manifests, plan.snapshot_id)
         # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
         removed_files = tip.total_files

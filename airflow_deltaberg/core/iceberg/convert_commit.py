@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+import numpy as np
 from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.errors import CorruptLogError
-from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestRecord, attempt_keys, write_state
+from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, attempt_keys, write_state
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, converted_mapping_mode, resets_history
 from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
-from airflow_deltaberg.core.iceberg.manifest import assign_first_row_ids, write_manifest_list
+from airflow_deltaberg.core.iceberg.manifest import (
+    assign_first_row_ids,
+    assign_sequence_numbers,
+    encode_manifest_list_rows,
+    manifest_list_columns,
+    write_manifest_list_rows,
+)
 from airflow_deltaberg.core.iceberg.publish import ICEBERG_DIR, METADATA_DIR, metadata_key, publish_metadata
 from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY
 from airflow_deltaberg.core.iceberg.table_metadata import (
@@ -39,9 +46,10 @@ LONG_MAX = 2**63 - 1
 METADATA_VERSIONS_KEPT = 100
 
 
-def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: Sequence[ManifestRecord],
+def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: ManifestTable,
                      operation: Operation, summary: dict[str, str]) -> Tip:
-    """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it."""
+    """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it. Only the
+    manifest-list rows of the manifests new in it are encoded; the others are copied as they are."""
     too_big = sorted(name for name, value in summary.items() if int(value) > LONG_MAX)
     if too_big:
         # Each file's numRecords fits a long, their sum does not: some numRecords is wrong (Iceberg keeps the totals
@@ -50,20 +58,29 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: S
                               "the numRecords of some data file is wrong", table=plan.table,
                               version=plan.delta_version)
     prev = tip.published.metadata if tip.published else None
+    positions = manifests.unencoded(plan.format_version)
+    records = manifests.records(positions)
+    infos = [assign_sequence_numbers(r.info, plan.snapshot_id, plan.sequence_number) for r in records]
     lineage = None
     if plan.format_version >= 3:
-        # Row lineage: the data manifests new in this snapshot take row ids from the table's next-row-id on.
+        # Row lineage: the data manifests new in this snapshot take row ids from the table's next-row-id on (the
+        # manifests it keeps have theirs).
         first_row_id = next_row_id(prev)
-        infos, next_id = assign_first_row_ids([m.info for m in manifests], first_row_id)
-        manifests = [replace(m, info=info) for m, info in zip(manifests, infos, strict=True)]
+        infos, next_id = assign_first_row_ids(infos, first_row_id)
         lineage = RowLineage(first_row_id, next_id)
-    state = ConversionState(plan.delta_version, plan.metadata, tuple(manifests))
+    rows = encode_manifest_list_rows(manifest_list_columns(infos, plan.format_version), len(infos),
+                                     plan.format_version)
+    manifests = manifests.encoded({p: replace(r, info=info) for p, r, info in zip(positions, records, infos,
+                                                                                  strict=True)},
+                                  rows, plan.format_version)
+    state = ConversionState(plan.delta_version, plan.metadata, manifests)
     list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{plan.attempt}.avro"
     write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)
-    write_manifest_list(list_path, [m.info for m in manifests], plan.snapshot_id,
-                        prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs,
-                        format_version=plan.format_version, first_row_id=lineage.first_row_id if lineage else None)
+    write_manifest_list_rows(list_path, manifests.list_rows, plan.snapshot_id,
+                             prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs,
+                             format_version=plan.format_version,
+                             first_row_id=lineage.first_row_id if lineage else None)
     mode = plan.metadata.column_mapping_mode
     metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
                            DELTA_COLUMN_MAPPING_MODE: mode, PREVIOUS_VERSIONS_MAX: str(METADATA_VERSIONS_KEPT),
@@ -93,15 +110,19 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: S
     return Tip(published, state)
 
 
-def snapshot_summary(manifests: Sequence[ManifestRecord], snapshot_id: int) -> dict[str, str]:
+def snapshot_summary(manifests: ManifestTable, snapshot_id: int) -> dict[str, str]:
     """Snapshot summary counts from the manifest list rows (Iceberg spec, "Snapshot Summary")."""
-    def total(content: int, what: str) -> int:
-        return sum(getattr(m.info, f"added_{what}_count") + getattr(m.info, f"existing_{what}_count")
-                   for m in manifests if m.info.content == content)
+    content = manifests.ints("content")
+    new = manifests.ints("added_snapshot_id") == snapshot_id
 
-    def changed(content: int, kind: str, what: str) -> int:
-        return sum(getattr(m.info, f"{kind}_{what}_count") for m in manifests
-                   if m.info.content == content and m.info.added_snapshot_id == snapshot_id)
+    def count(name: str, rows: np.ndarray) -> int:
+        return sum(manifests.ints(name)[rows].tolist())  # Python ints: a sum beyond a long is caught, not wrapped
+
+    def total(of: int, what: str) -> int:
+        return count(f"added_{what}_count", content == of) + count(f"existing_{what}_count", content == of)
+
+    def changed(of: int, kind: str, what: str) -> int:
+        return count(f"{kind}_{what}_count", (content == of) & new)
 
     return {
         "added-data-files": str(changed(0, "added", "files")),

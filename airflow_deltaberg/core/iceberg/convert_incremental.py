@@ -3,7 +3,7 @@ manifests a commit does not touch (entries of removed files are rewritten as DEL
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
+    ManifestTable,
     data_path_column,
     read_entries,
     with_first_row_ids,
@@ -65,15 +66,14 @@ def _operation(changes: pa.Array, summary: dict[str, str]) -> Operation:
 
 
 def _remove_entries(
-    storage: Storage, manifests: list[ManifestRecord], locations: pa.Array, plan: SnapshotPlan, content: int,
-) -> list[ManifestRecord]:
+    storage: Storage, manifests: ManifestTable, locations: pa.Array, plan: SnapshotPlan, content: int,
+) -> dict[int, ManifestRecord]:
     """Rewrite the manifests of ``content`` holding entries about data files at ``locations`` (the data files
-    themselves, or the position deletes referencing them): those entries become DELETED, the rest EXISTING."""
+    themselves, or the position deletes referencing them): those entries become DELETED, the rest EXISTING.
+    Returns the rewritten manifests by position."""
     column = data_path_column(content)
 
-    def without(record: ManifestRecord) -> ManifestRecord:
-        if record.info.content != content or not record.may_contain(locations):
-            return record
+    def without(record: ManifestRecord) -> ManifestRecord | None:
         entries = read_entries(storage, record)
         if plan.format_version >= 3 and content == 0:
             # Rewritten entries keep the row ids they inherited from this manifest.
@@ -81,7 +81,7 @@ def _remove_entries(
         entries = entries.filter(pc.not_equal(entries.column("status"), 2))  # deleted earlier: not carried on
         hit = pc.is_in(entries.column(column), locations)
         if not pc.any(hit).as_py():
-            return record
+            return None
         hit_np = np.asarray(hit)
         status = np.where(hit_np, 2, 0).astype(np.int32)
         snap_ids = np.where(hit_np, plan.snapshot_id, np.asarray(entries.column("snapshot_id")))
@@ -92,8 +92,11 @@ def _remove_entries(
                                      plan.sequence_number, content="deletes" if content else "data",
                                      format_version=plan.format_version, attempt=plan.attempt)
 
-    # A removal spread over a partition touches a few manifests: they are rewritten two at a time.
-    return two_at_a_time(without, manifests)
+    # Only the manifests whose path range holds a location are read. A removal spread over a partition touches a
+    # few manifests: they are rewritten two at a time.
+    positions = manifests.candidates(content, locations)
+    rewritten = two_at_a_time(without, manifests.records(positions))
+    return {p: record for p, record in zip(positions, rewritten, strict=True) if record is not None}
 
 
 def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Table,
@@ -104,7 +107,7 @@ def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Tab
     its data entry stays, and only its position deletes change.
     """
     assert tip.state is not None  # convert_incremental starts from a state, and every snapshot it writes has one
-    manifests = list(tip.state.manifests)
+    manifests = tip.state.manifests
     add_locations = data_file_locations(storage, adds.column("path").combine_chunks())
     removed_locations = data_file_locations(storage, removes.column("path").combine_chunks())
     changes = pa.concat_arrays([adds.column("dataChange").combine_chunks(),
@@ -113,24 +116,27 @@ def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Tab
     if readded is not None:
         # Their entries (and position deletes) stay as they are: the rows did not change.
         adds, add_locations = adds.filter(pc.invert(readded)), add_locations.filter(pc.invert(readded))
+    rewritten: dict[int, ManifestRecord] = {}
     if removes.num_rows:
         gone = removed_locations.filter(pc.invert(pc.is_in(removed_locations, add_locations)))
         if len(gone):
-            manifests = _remove_entries(storage, manifests, gone, plan, content=0)
-        manifests = _remove_entries(storage, manifests, removed_locations, plan, content=1)
+            rewritten.update(_remove_entries(storage, manifests, gone, plan, content=0))
+        rewritten.update(_remove_entries(storage, manifests, removed_locations, plan, content=1))
+    added: list[ManifestRecord] = []
     if adds.num_rows:
         entries = file_entries(storage, plan, adds)  # in partition and path order, not the commit's
         new_data = entries.data.filter(pc.invert(pc.is_in(entries.data.column("file_path"), removed_locations)))
         if new_data.num_rows:
-            manifests += write_entry_manifests(storage, plan, new_data)
+            added += write_entry_manifests(storage, plan, new_data)
         if entries.deletes is not None:
-            manifests += write_entry_manifests(storage, plan, entries.deletes, content="deletes")
+            added += write_entry_manifests(storage, plan, entries.deletes, content="deletes")
+    manifests = manifests.with_changes(rewritten, added)
     summary = snapshot_summary(manifests, plan.snapshot_id)
     new_tip = commit_snapshot(storage, tip, plan, manifests, _operation(changes, summary), summary)
     return new_tip, int(summary["added-data-files"]), int(summary["deleted-data-files"])
 
 
-def _live_files_added_again(storage: Storage, manifests: Sequence[ManifestRecord], plan: SnapshotPlan,
+def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: SnapshotPlan,
                             adds: pa.Table, add_locations: pa.Array, removed_locations: pa.Array) -> pa.Array | None:
     """Which adds name a data file that is live already (and not removed by the same commit), or None for none.
 
@@ -151,10 +157,10 @@ def _live_files_added_again(storage: Storage, manifests: Sequence[ManifestRecord
     added = add_locations.filter(not_removed)
     live_data: list[pa.Array] = []
     live_deletes: list[pa.Table] = []
-    for record in manifests:
+    data_positions = manifests.candidates(0, looked_up)
+    delete_positions = manifests.candidates(1, added)
+    for record in manifests.records(sorted(data_positions + delete_positions)):
         wanted = added if record.info.content == 1 else looked_up
-        if not len(wanted) or not record.may_contain(wanted):
-            continue
         entries = read_entries(storage, record)
         entries = entries.filter(pc.and_(pc.not_equal(entries.column("status"), 2),
                                          pc.is_in(entries.column(data_path_column(record.info.content)), wanted)))

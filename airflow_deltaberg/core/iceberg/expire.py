@@ -17,7 +17,13 @@ import pyarrow.compute as pc
 from pyiceberg.table.metadata import MetadataLogEntry
 
 from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_entries, read_state, state_key
+from airflow_deltaberg.core.iceberg.conversion_state import (
+    ConversionState,
+    json_state_key,
+    read_entries,
+    read_state,
+    state_key,
+)
 from airflow_deltaberg.core.iceberg.publish import (
     METADATA_DIR,
     PublishedMetadata,
@@ -62,7 +68,10 @@ def snapshots_to_expire(metadata: TableMetadata, *, older_than_ms: int | None, r
 def _files_of(storage: Storage, manifest_list: str, state: ConversionState) -> set[str]:
     """Keys of every metadata-folder file a snapshot uses."""
     list_key = metadata_folder_key(storage, manifest_list)
-    keys = {list_key, state_key(list_key)} if list_key else set()
+    keys = set()
+    if list_key:
+        # The state is Arrow, or JSON when an earlier version of this converter wrote the snapshot.
+        keys = {list_key, *(k for k in (state_key(list_key), json_state_key(list_key)) if storage.exists(k))}
     for record in state.manifests:
         manifest_key = metadata_folder_key(storage, record.info.manifest_path)
         if manifest_key:

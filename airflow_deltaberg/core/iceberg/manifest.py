@@ -1,14 +1,16 @@
 """Iceberg v2 and v3 manifests and manifest lists written from Arrow columns.
 
 ``write_manifest`` encodes a whole table of entries a chunk of rows at a time (see ``avro_encode``) and returns
-what the manifest list needs; ``write_manifest_list`` writes the few manifest_file rows of a snapshot.
+what the manifest list needs; ``write_manifest_list`` writes the manifest_file rows of a snapshot, encoding them
+(``encode_manifest_list_rows``) and writing the encoded rows (``write_manifest_list_rows``, which also takes rows
+encoded by an earlier snapshot).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -37,10 +39,14 @@ __all__ = [
     "ManifestFileInfo",
     "ManifestSummary",
     "assign_first_row_ids",
+    "assign_sequence_numbers",
+    "encode_manifest_list_rows",
+    "manifest_list_columns",
     "manifest_metadata",
     "serialize_bounds",
     "write_manifest",
     "write_manifest_list",
+    "write_manifest_list_rows",
 ]
 
 STATUS_EXISTING, STATUS_ADDED, STATUS_DELETED = 0, 1, 2
@@ -53,6 +59,13 @@ ENTRY_COLUMNS = {
 FORMAT_VERSIONS = (2, 3)
 DEFAULT_CHUNK_ROWS = 8_192  # as fast as larger chunks (cache-sized), and less memory per writer thread
 DEFAULT_BLOCK_ROWS = 4_096
+#: Arrow types of the manifest_file fields that are not longs.
+MANIFEST_LIST_ARROW_TYPES = {
+    "manifest_path": pa.string(),
+    "key_metadata": pa.binary(),
+    "partitions": pa.list_(pa.struct(
+        [(f.name, pa.bool_() if f.field_id in (509, 518) else pa.binary()) for f in FIELD_SUMMARY_TYPE.fields])),
+}
 
 
 @dataclass(frozen=True)
@@ -346,6 +359,29 @@ def _signed_zero_bounds(values: pa.Array, low: pa.Scalar, high: pa.Scalar) -> tu
     return low, high
 
 
+def manifest_list_columns(manifests: Sequence[ManifestFileInfo], format_version: int = 2) -> dict[str, pa.Array]:
+    """The manifest_file fields of ``manifests`` as Arrow columns, named as the fields (``encode_manifest_list_rows``
+    takes them, and the conversion state keeps them)."""
+    columns: dict[str, pa.Array] = {}
+    for field in manifest_file_type(format_version).fields:
+        if field.name == "partitions":
+            continue
+        values = [getattr(m, field.name) for m in manifests]
+        columns[field.name] = pa.array(values, MANIFEST_LIST_ARROW_TYPES.get(field.name, pa.int64()))
+    columns["partitions"] = pa.array(
+        [None if m.partitions is None else [asdict(p) for p in m.partitions] for m in manifests],
+        MANIFEST_LIST_ARROW_TYPES["partitions"],
+    )
+    return columns
+
+
+def encode_manifest_list_rows(columns: Mapping[str, pa.Array | pa.ChunkedArray], n: int,
+                              format_version: int = 2) -> pa.BinaryArray:
+    """The Avro encoding of each of the ``n`` manifest_file rows given by ``columns`` (as ``manifest_list_columns``
+    makes them; other columns are ignored): the rows ``write_manifest_list_rows`` writes."""
+    return encode_rows(manifest_file_type(format_version), columns, n)
+
+
 def write_manifest_list(
     output: Any,
     manifests: Sequence[ManifestFileInfo],
@@ -367,23 +403,37 @@ def write_manifest_list(
     """
     if format_version not in FORMAT_VERSIONS:
         raise ValueError(f"Iceberg format version must be one of {FORMAT_VERSIONS}, got {format_version!r}")
-    file_type = manifest_file_type(format_version)
-    rows = [_assign_sequence(m, snapshot_id, sequence_number) for m in manifests]
+    rows = [assign_sequence_numbers(m, snapshot_id, sequence_number) for m in manifests]
     if format_version >= 3 and any(m.content == 0 and m.first_row_id is None for m in rows):
         raise ValueError("v3 data manifests need a first_row_id (assign_first_row_ids)")
-    columns: dict[str, pa.Array] = {}
-    for field in file_type.fields:
-        if field.name == "partitions":
-            continue
-        values = [getattr(m, field.name) for m in rows]
-        arrow_type = {"manifest_path": pa.string(), "key_metadata": pa.binary()}.get(field.name, pa.int64())
-        columns[field.name] = pa.array(values, arrow_type)
-    summary_type = pa.struct(
-        [(f.name, pa.bool_() if f.field_id in (509, 518) else pa.binary()) for f in FIELD_SUMMARY_TYPE.fields]
-    )
-    columns["partitions"] = pa.array(
-        [None if m.partitions is None else [asdict(p) for p in m.partitions] for m in rows], pa.list_(summary_type)
-    )
+    encoded = encode_manifest_list_rows(manifest_list_columns(rows, format_version), len(rows), format_version)
+    return write_manifest_list_rows(output, encoded, snapshot_id, parent_snapshot_id, sequence_number,
+                                    filesystem=filesystem, codec=codec, compression_level=compression_level,
+                                    sync_marker=sync_marker, format_version=format_version, first_row_id=first_row_id)
+
+
+def write_manifest_list_rows(
+    output: Any,
+    rows: pa.BinaryArray | pa.ChunkedArray,
+    snapshot_id: int,
+    parent_snapshot_id: int | None,
+    sequence_number: int,
+    *,
+    filesystem: pafs.FileSystem | None = None,
+    codec: str = "deflate",
+    compression_level: int = 1,
+    sync_marker: bytes | None = None,
+    format_version: int = 2,
+    first_row_id: int | None = None,
+) -> int:
+    """Write a manifest list of manifest_file rows encoded already (``encode_manifest_list_rows``, with their
+    sequence numbers and, in v3, first row ids resolved); returns its length in bytes."""
+    if format_version not in FORMAT_VERSIONS:
+        raise ValueError(f"Iceberg format version must be one of {FORMAT_VERSIONS}, got {format_version!r}")
+    if isinstance(rows, pa.ChunkedArray):
+        rows = rows.combine_chunks() if rows.num_chunks else pa.array([], pa.binary())
+    if rows.null_count:
+        raise ValueError("a manifest list row is missing (null)")
     metadata = {
         "snapshot-id": str(snapshot_id),
         "parent-snapshot-id": "null" if parent_snapshot_id is None else str(parent_snapshot_id),
@@ -396,18 +446,20 @@ def write_manifest_list(
         _output_stream(output, filesystem) as stream,
         AvroContainerWriter(
             stream,
-            avro_schema(file_type, "manifest_file"),
+            avro_schema(manifest_file_type(format_version), "manifest_file"),
             metadata,
             codec=codec,
             compression_level=compression_level,
             sync_marker=sync_marker,
         ) as writer,
     ):
-        writer.write_rows(encode_rows(file_type, columns, len(rows)))
+        writer.write_rows(rows)
     return writer.bytes_written
 
 
-def _assign_sequence(manifest: ManifestFileInfo, snapshot_id: int, sequence_number: int) -> ManifestFileInfo:
+def assign_sequence_numbers(manifest: ManifestFileInfo, snapshot_id: int, sequence_number: int) -> ManifestFileInfo:
+    """The manifest with ``sequence_number`` where its sequence numbers are unassigned (None), which only the
+    manifests snapshot ``snapshot_id`` adds may be."""
     if manifest.sequence_number is not None and manifest.min_sequence_number is not None:
         return manifest
     if manifest.added_snapshot_id != snapshot_id:

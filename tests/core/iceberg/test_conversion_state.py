@@ -1,21 +1,42 @@
-"""The conversion state beside each manifest list: the Arrow copies of manifest entries it names are Arrow IPC
-files; copies written as Parquet by earlier versions of the converter are still read, so an incremental run
-on a table converted by them rewrites the manifests a removal touches as before."""
+"""The conversion state beside each manifest list: an Arrow IPC file (earlier versions of the converter wrote
+JSON, still read), naming Arrow copies of manifest entries that are Arrow IPC files (copies written as Parquet by
+earlier versions are still read), so an incremental run on a table converted by them rewrites the manifests a
+removal touches as before."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
+from typing import Any
 
 import deltalake
+import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import StaticTable
+from pyiceberg.types import StructType
 
-from airflow_deltaberg.core.iceberg.conversion_state import read_entries, read_state, state_key
+import airflow_deltaberg.core.iceberg.manifest as manifest_module
+from airflow_deltaberg.core.iceberg.conversion_state import (
+    ManifestRecord,
+    ManifestTable,
+    json_state_key,
+    read_entries,
+    read_state,
+    state_key,
+)
 from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.iceberg.manifest import (
+    ManifestFileInfo,
+    encode_manifest_list_rows,
+    manifest_list_columns,
+    write_manifest_list,
+)
+from airflow_deltaberg.core.iceberg.manifest_schema import manifest_file_type
 from airflow_deltaberg.core.iceberg.publish import latest_metadata
 from airflow_deltaberg.core.storage import open_storage
 
@@ -30,16 +51,17 @@ def _ids(table: pa.Table) -> list[int]:
 
 def _as_earlier_versions_wrote_it(path: Path) -> int:
     """Turn the current snapshot's entry copies into Parquet files (without the partition column when it has no
-    fields) and point the state at them; returns how many were rewritten."""
+    fields) and its state into the JSON document earlier versions wrote, naming them; returns how many copies were
+    rewritten."""
     storage = open_storage(str(path))
     published = latest_metadata(storage)
     assert published is not None
     manifest_list = published.metadata.snapshot_by_id(published.metadata.current_snapshot_id).manifest_list
     state = read_state(storage, manifest_list)
     assert state is not None
-    key = state_key(manifest_list[len(storage.root) + 1:])
-    document = json.loads(storage.read(key))
-    for record, manifest in zip(state.manifests, document["manifests"], strict=True):
+    list_key = manifest_list[len(storage.root) + 1:]
+    manifests = []
+    for record in state.manifests:
         assert record.entries_key.endswith(".entries.arrow")
         entries = read_entries(storage, record)
         if entries.schema.field("partition").type.num_fields == 0:
@@ -47,8 +69,11 @@ def _as_earlier_versions_wrote_it(path: Path) -> int:
         old_key = record.entries_key.removesuffix(".arrow") + ".parquet"
         pq.write_table(entries, path / old_key)
         (path / record.entries_key).unlink()
-        manifest["entries"] = old_key
-    (path / key).write_text(json.dumps(document))
+        manifests.append({**record.to_json(), "entries": old_key})
+    document = {"delta_version": state.delta_version, "delta_metadata": state.delta_metadata.to_action(),
+                "manifests": manifests}
+    (path / json_state_key(list_key)).write_text(json.dumps(document))
+    (path / state_key(list_key)).unlink()
     return len(state.manifests)
 
 
@@ -73,3 +98,105 @@ def test_a_removal_on_a_table_with_parquet_entry_copies(tmp_path: Path, partitio
     assert state is not None
     assert all(m.entries_key.endswith((".entries.arrow", ".entries.parquet")) for m in state.manifests)
     assert any(m.entries_key.endswith(".entries.arrow") for m in state.manifests)
+
+
+# ------------------------------------------------------------------------- rows carried over, not re-encoded
+
+
+def _avro(location: str) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+    with open(location.removeprefix("file://"), "rb") as f:
+        reader = fastavro.reader(f)
+        return dict(reader.metadata), list(reader)
+
+
+def _check_manifest_list(path: Path, tmp_path: Path, format_version: int) -> int:
+    """The current snapshot's manifest list (rows carried over from earlier snapshots and rows encoded by this one)
+    equals the list written afresh from the state's records, read with fastavro and with pyiceberg; the state's
+    encoded rows are those a fresh encoding gives. Returns how many manifests it lists."""
+    storage = open_storage(str(path))
+    published = latest_metadata(storage)
+    assert published is not None
+    snapshot = published.metadata.snapshot_by_id(published.metadata.current_snapshot_id)
+    state = read_state(storage, snapshot.manifest_list)
+    assert state is not None and state.manifests.list_rows_version == format_version
+    infos = [record.info for record in state.manifests]
+    fresh = encode_manifest_list_rows(manifest_list_columns(infos, format_version), len(infos), format_version)
+    assert state.manifests.list_rows.to_pylist() == fresh.to_pylist()
+    again = tmp_path / f"fresh-{snapshot.snapshot_id}.avro"
+    first_row_id = snapshot.first_row_id if format_version >= 3 else None
+    write_manifest_list(str(again), infos, snapshot.snapshot_id, snapshot.parent_snapshot_id,
+                        snapshot.sequence_number, format_version=format_version, first_row_id=first_row_id)
+    written_meta, written = _avro(snapshot.manifest_list)
+    fresh_meta, fresh_rows = _avro(str(again))
+    assert written == fresh_rows and len(written) == len(infos)
+    assert {k: v for k, v in written_meta.items() if k != "avro.sync"} == \
+        {k: v for k, v in fresh_meta.items() if k != "avro.sync"}
+    io = PyArrowFileIO()
+    assert [m.manifest_path for m in snapshot.manifests(io)] == [i.manifest_path for i in infos]
+    fresh_snapshot = snapshot.model_copy(update={"manifest_list": str(again)})
+    assert snapshot.manifests(io) == fresh_snapshot.manifests(io)
+    return len(infos)
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_carried_manifest_list_rows_equal_fresh_ones(tmp_path: Path, format_version: int) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), _rows(0, 6), partition_by=["p"])
+    convert(str(path), format_version=format_version)
+    counts = [_check_manifest_list(path, tmp_path, format_version)]
+    for start in (10, 20, 30):  # appends: each snapshot adds a manifest and carries the others' rows over
+        write_deltalake(str(path), _rows(start, 4), mode="append", partition_by=["p"])
+        assert convert(str(path)).mode == "incremental"
+        counts.append(_check_manifest_list(path, tmp_path, format_version))
+    deltalake.DeltaTable(str(path)).delete("id % 10 = 1")  # rewrites the manifests holding the removed files
+    result = convert(str(path))
+    assert result.mode == "incremental" and result.files_removed > 0
+    counts.append(_check_manifest_list(path, tmp_path, format_version))
+    assert counts[:4] == [1, 2, 3, 4] and counts[4] >= 4
+    table = StaticTable.from_metadata(result.metadata_location)
+    assert _ids(table.scan().to_arrow()) == _ids(deltalake.DeltaTable(str(path)).to_pyarrow_table())
+
+
+def test_an_append_encodes_only_the_new_manifests_list_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An incremental snapshot encodes the manifest-list rows of the manifests it adds, not of those it keeps."""
+    path = tmp_path / "t"
+    write_deltalake(str(path), _rows(0, 6), partition_by=["p"])
+    convert(str(path))
+    for start in (10, 20, 30):
+        write_deltalake(str(path), _rows(start, 4), mode="append", partition_by=["p"])
+        convert(str(path))
+    encoded: list[int] = []
+    original = manifest_module.encode_rows
+
+    def counting(struct: StructType, columns: Any, n: int) -> pa.BinaryArray:
+        if struct in (manifest_file_type(2), manifest_file_type(3)):
+            encoded.append(n)
+        return original(struct, columns, n)
+
+    monkeypatch.setattr(manifest_module, "encode_rows", counting)
+    write_deltalake(str(path), _rows(40, 4), mode="append", partition_by=["p"])
+    result = convert(str(path))
+    assert result.mode == "incremental"
+    assert sum(encoded) == 1  # the one new manifest; the four kept are copied
+    monkeypatch.undo()
+    assert _check_manifest_list(path, tmp_path, 2) == 5
+
+
+def test_candidates_are_the_records_whose_path_range_holds_a_path() -> None:
+    """ManifestTable.candidates, for all manifests at once, says what ManifestRecord.may_contain says of each."""
+    rng = random.Random(7)
+    words = ["a", "b/c", "b/d", "é", "z", "ü/x", "ab", "b", "zz", "~"]
+    records = []
+    for i in range(60):
+        low, high = sorted(rng.sample(words, 2))
+        if i % 7 == 0:
+            low = high = None
+        info = ManifestFileInfo(f"m{i}", 1, 0, i % 2, 1, 0, 0, 0, 0, 0, 0, 1, 1)
+        records.append(ManifestRecord(info, f"e{i}", low, high))
+    table = ManifestTable.from_records(records)
+    for _ in range(50):
+        paths = pa.array(rng.sample(words, rng.randint(0, 4)) + [None] * rng.randint(0, 1), pa.string())
+        for content in (0, 1):
+            expected = [i for i, r in enumerate(records) if r.info.content == content and r.may_contain(paths)]
+            assert table.candidates(content, paths) == expected
+    assert list(table) == records  # the rows give back the records

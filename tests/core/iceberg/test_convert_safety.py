@@ -267,15 +267,15 @@ def install_crash(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
     if point == "after-manifests":  # manifests and their entry copies written, the conversion state not
         monkeypatch.setattr(commit_module, "write_state", _crash)
     elif point == "after-state":  # the conversion state written, the manifest list not
-        monkeypatch.setattr(commit_module, "write_manifest_list", _crash)
+        monkeypatch.setattr(commit_module, "write_manifest_list_rows", _crash)
     elif point == "after-manifest-list":
-        original = commit_module.write_manifest_list
+        original = commit_module.write_manifest_list_rows
 
         def write_then_crash(*args: Any, **kwargs: Any) -> Any:
             original(*args, **kwargs)
             raise InjectedCrash
 
-        monkeypatch.setattr(commit_module, "write_manifest_list", write_then_crash)
+        monkeypatch.setattr(commit_module, "write_manifest_list_rows", write_then_crash)
     elif point == "after-metadata-json":  # v<N>.metadata.json written, the hint not moved
         original_replace = LocalStorage.replace
 
