@@ -6,26 +6,16 @@ values to Airflow, the one part of that rule that needs Airflow (core knows noth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_deltaberg.core.redact import option_secrets
-
-_mask_secret: Callable[[Any], None] | None
-try:
-    from airflow.sdk.log import mask_secret as _mask_secret
-except ImportError:  # pragma: no cover - Airflow 3.0/3.1
-    try:
-        from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask_secret
-    except ImportError:
-        _mask_secret = None
+from airflow_deltaberg.version_compat import mask_secret as _mask_secret
 
 
 def mask_secrets(values: Iterable[Any]) -> None:
     """Register each value with Airflow's secrets masker: a string or a list whole, a mapping (a key file) by
     Airflow's own rule on its key names. Empty values are skipped; masking never raises."""
-    if _mask_secret is None:  # pragma: no cover - no masker in this Airflow
-        return
     for value in values:
         if not value or not isinstance(value, (str, list, tuple, Mapping)):
             continue
