@@ -32,12 +32,12 @@ and a concurrent writer's commit could be lost, so it is not done automatically.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pyiceberg
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.io import load_file_io
 from pyiceberg.serializers import FromInputFile
@@ -64,8 +64,6 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 from pyiceberg.utils.properties import property_as_bool
-from sqlalchemy import update
-from sqlalchemy.orm import Session
 
 from airflow_deltaberg.core.errors import CatalogError, ConcurrentConversionError, DeltabergError
 from airflow_deltaberg.core.iceberg.publish import metadata_file_version
@@ -101,10 +99,17 @@ def commit_mode(catalog: Catalog) -> CommitMode:
     if asked not in (None, "pointer", "updates"):
         raise CatalogError(f"catalog {catalog.name!r}: {COMMIT_MODE_PROPERTY} must be 'pointer' or 'updates', "
                            f"not {asked!r}")
-    if asked == "pointer" and not isinstance(catalog, SqlCatalog):
+    if asked == "pointer" and not _is_sql(catalog):
         raise CatalogError(f"catalog {catalog.name!r} ({type(catalog).__name__}): {COMMIT_MODE_PROPERTY}=pointer is "
                            "only possible for the SQL catalog")
-    return _commit_mode(isinstance(catalog, SqlCatalog), asked)
+    return _commit_mode(_is_sql(catalog), asked)
+
+
+def _is_sql(catalog: Catalog) -> bool:
+    # pyiceberg's SQL catalog (and SQLAlchemy, ~0.3 s of imports) is loaded only once a catalog of that type is
+    # opened: a catalog object can be a SqlCatalog only if that module is loaded.
+    sql = sys.modules.get("pyiceberg.catalog.sql")
+    return sql is not None and isinstance(catalog, sql.SqlCatalog)
 
 
 def _commit_mode(is_sql: bool, asked: str | None) -> CommitMode:
@@ -159,6 +164,10 @@ def _point(catalog: Catalog, identifier: str | tuple[str, ...], metadata_locatio
     if mode == "updates":
         _commit_updates(catalog, ident, metadata_location)
         return
+    from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
     assert isinstance(catalog, SqlCatalog)
     current = catalog.load_table(ident).metadata_location
     if current == metadata_location:
