@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
+from airflow_deltaberg.core.delta import stats_template
 from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructField, StructType
 from airflow_deltaberg.core.errors import StatsCountError, StatsParseError
 
@@ -244,8 +245,37 @@ def _check_objects(present: pa.Array, stats: pa.Array) -> None:
 
 
 def _read_columnar(present: pa.Array, parse_type: pa.StructType) -> pa.StructArray | None:
+    """The stats read column by column: the strings laid out like the first by the template decoder, the others
+    by pyarrow's JSON reader (the same values either way); None when the reader refuses a value or reads a string
+    as more than one row (two objects in one string, or a line break inside one)."""
+    decoded = stats_template.decode(present, parse_type)
+    if decoded is None:
+        parsed = _read_json(present, parse_type)
+    elif len(decoded[1]) == len(present):
+        parsed = decoded[0]
+    else:
+        fast, rows = decoded
+        rest = np.ones(len(present), dtype=bool)
+        rest[rows] = False
+        slow = _read_json(present.filter(from_numpy(rest)), parse_type)
+        if slow is None:
+            return None
+        order = np.empty(len(present), dtype=np.int64)
+        order[rows] = np.arange(len(rows))
+        order[rest] = np.arange(len(rows), len(present))
+        parsed = pa.concat_arrays([fast, slow]).take(from_numpy(order))
+    if parsed is None:
+        return None
+    return pa.StructArray.from_arrays(
+        [_holdable_bounds(parsed.field(i)) if f.name in _BOUND_FIELDS else parsed.field(i)
+         for i, f in enumerate(parse_type)],
+        fields=list(parse_type),
+    )
+
+
+def _read_json(present: pa.Array, parse_type: pa.StructType) -> pa.StructArray | None:
     """The stats read by pyarrow's JSON reader, or None when it refuses a value or reads a string as more than
-    one row (two objects in one string, or a line break inside one)."""
+    one row."""
     try:
         table = pj.read_json(
             pa.BufferReader(_ndjson_buffer(present)),
@@ -260,11 +290,8 @@ def _read_columnar(present: pa.Array, parse_type: pa.StructType) -> pa.StructArr
         return None
     if table.num_rows != len(present):
         return None
-    return pa.StructArray.from_arrays(
-        [_holdable_bounds(table.column(f.name).combine_chunks()) if f.name in _BOUND_FIELDS
-         else table.column(f.name).combine_chunks() for f in parse_type],
-        fields=list(parse_type),
-    )
+    return pa.StructArray.from_arrays([table.column(f.name).combine_chunks() for f in parse_type],
+                                      fields=list(parse_type))
 
 
 _BOUND_FIELDS = ("minValues", "maxValues")
