@@ -13,8 +13,10 @@ decoded here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -67,6 +69,10 @@ def decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.Struc
     what pyarrow's JSON reader gives for them), and their indices; None when there is no usable template."""
     if not NUMBA or len(strings) < MIN_ROWS:
         return None
+    return _decode(strings, parse_type)
+
+
+def _decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.StructArray, np.ndarray] | None:
     template = template_of(strings[0].as_py(), parse_type)
     if template is None:
         return None
@@ -299,3 +305,17 @@ def kernels() -> ModuleType:
     from airflow_deltaberg.core.delta import stats_kernels
 
     return stats_kernels
+
+
+def warm_up() -> None:
+    """Get the compiled passes ready on a background thread (numba's import and the cached machine code, ~0.4 s on
+    one core), for a caller about to parse many stats: the work overlaps what it does meanwhile (loading the log)."""
+    if NUMBA:
+        threading.Thread(target=_load_kernels, name="stats-decoder-warm-up", daemon=True).start()
+
+
+def _load_kernels() -> None:
+    # One tiny batch through decode loads each pass for the argument types decode gives it.
+    strings = pa.array(['{"n":1,"s":"a"}'] * 2, pa.string())
+    with contextlib.suppress(Exception):  # a failure here shows again, where it matters, on the real batch
+        _decode(strings, pa.struct([("n", pa.int64()), ("s", pa.string())]))

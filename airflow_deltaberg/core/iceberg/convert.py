@@ -21,7 +21,7 @@ from typing import Any
 
 from pyiceberg.table.snapshots import Operation
 
-from airflow_deltaberg.core.delta import DeltaTable, Snapshot
+from airflow_deltaberg.core.delta import DeltaTable, Snapshot, stats_template
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
@@ -170,6 +170,7 @@ def convert(
                 # What it published stays: the full conversion builds on it.
                 tip, written = progress.tip, progress.snapshots_written
         if mode == "full":
+            stats_template.warm_up()  # while the log loads
             with large_buffer_pool():
                 snapshot = table.snapshot(target)
                 outside = files_outside_table(snapshot.state.adds, table.location).count

@@ -203,3 +203,14 @@ def test_int64_edges_are_exact() -> None:
     rows = [f'{{"numRecords":1,"minValues":{{"l":{v}}}}}' for v in (-(2**63), 2**63 - 1, 0, -1, 10**18)]
     parsed = parse_stats(pa.array(rows, pa.string()), SCHEMA)
     assert [r["minValues"]["l"] for r in parsed.to_pylist()] == [-(2**63), 2**63 - 1, 0, -1, 10**18]
+
+
+def test_a_batch_right_after_the_warm_up_parses_as_the_reader_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """warm_up loads the compiled passes on a thread of its own; a batch parsed meanwhile waits for them."""
+    rng = random.Random(11)
+    names = [n for n in FAST if n not in ("s", "st")]
+    texts = [_row(rng, names, 0.0, ":") for _ in range(2000)]
+    stats_template.warm_up()
+    fast, slow, taken = _parse_both(texts, monkeypatch)
+    assert isinstance(fast, pa.StructArray) and fast.equals(slow)
+    assert taken == len(texts)
