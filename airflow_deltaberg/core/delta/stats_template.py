@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+log = logging.getLogger(__name__)
 
 #: numba is there (the ``fast`` extra); without it every batch goes to pyarrow's JSON reader.
 NUMBA = importlib.util.find_spec("numba") is not None
@@ -67,7 +70,7 @@ def available() -> bool:
 def decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.StructArray, np.ndarray] | None:
     """The rows of ``strings`` (no nulls) that match the template of its first string, as ``parse_type`` (exactly
     what pyarrow's JSON reader gives for them), and their indices; None when there is no usable template."""
-    if not NUMBA or len(strings) < MIN_ROWS:
+    if not NUMBA or len(strings) < MIN_ROWS or not _kernels_ready():
         return None
     return _decode(strings, parse_type)
 
@@ -307,6 +310,19 @@ def kernels() -> ModuleType:
     return stats_kernels
 
 
+def _kernels_ready() -> bool:
+    """Whether the compiled passes load; if not (numba refuses to cache with no writable cache folder, a numba that
+    does not fit this numpy, ...), the decoder stays off for the process and the reader parses everything."""
+    global NUMBA
+    try:
+        kernels()
+    except Exception as exc:  # noqa: BLE001 - any failure of a speed-up falls back to the reader
+        log.warning("the compiled stats decoder cannot load (%s: %s); pyarrow's JSON reader parses the stats",
+                    type(exc).__name__, exc)
+        NUMBA = False
+    return NUMBA
+
+
 def warm_up() -> None:
     """Get the compiled passes ready on a background thread (numba's import and the cached machine code, ~0.4 s on
     one core), for a caller about to parse many stats: the work overlaps what it does meanwhile (loading the log)."""
@@ -315,6 +331,8 @@ def warm_up() -> None:
 
 
 def _load_kernels() -> None:
+    if not _kernels_ready():
+        return
     # One tiny batch through decode loads each pass for the argument types decode gives it.
     strings = pa.array(['{"n":1,"s":"a"}'] * 2, pa.string())
     with contextlib.suppress(Exception):  # a failure here shows again, where it matters, on the real batch

@@ -214,3 +214,20 @@ def test_a_batch_right_after_the_warm_up_parses_as_the_reader_does(monkeypatch: 
     fast, slow, taken = _parse_both(texts, monkeypatch)
     assert isinstance(fast, pa.StructArray) and fast.equals(slow)
     assert taken >= len(texts) * 0.99  # a double beyond its type now and then goes to the reader
+
+
+def test_a_decoder_that_cannot_load_leaves_the_stats_to_the_reader(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """numba refuses to cache with no writable cache folder (an installed package on a read-only image): the
+    conversion goes on with the reader, once warned."""
+    def refuse() -> None:
+        raise RuntimeError("cannot cache function 'scan': no locator available for file 'stats_kernels.py'")
+
+    monkeypatch.setattr(stats_template, "kernels", refuse)
+    monkeypatch.setattr(stats_template, "NUMBA", True)
+    rng = random.Random(3)
+    texts = [_row(rng, ["l", "d", "ts"], 0.0, ":") for _ in range(100)]
+    parsed = parse_stats(pa.array(texts, pa.string()), SCHEMA)
+    assert [r["numRecords"] for r in parsed.to_pylist()] == [json.loads(t)["numRecords"] for t in texts]
+    assert stats_template.NUMBA is False
+    assert "cannot load" in caplog.text
