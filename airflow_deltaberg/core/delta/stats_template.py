@@ -17,6 +17,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
-#: numba is there (the ``fast`` extra); without it every batch goes to pyarrow's JSON reader.
-NUMBA = importlib.util.find_spec("numba") is not None
+#: numba is there (the ``fast`` extra) and not turned off (``DELTABERG_FAST_STATS=0``); without it every batch goes to
+#: pyarrow's JSON reader.
+NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("DELTABERG_FAST_STATS", "1") != "0"
 
 # Slot kinds (the kernel's switch).
 INT, NUM, STR, TS, BOOL, SKIP = 0, 1, 2, 3, 4, 5

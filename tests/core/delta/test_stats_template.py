@@ -4,7 +4,10 @@ JSON reader (and the row-by-row parser after it) gives, whichever rows the templ
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -231,3 +234,10 @@ def test_a_decoder_that_cannot_load_leaves_the_stats_to_the_reader(monkeypatch: 
     assert [r["numRecords"] for r in parsed.to_pylist()] == [json.loads(t)["numRecords"] for t in texts]
     assert stats_template.NUMBA is False
     assert "cannot load" in caplog.text
+
+
+def test_the_decoder_can_be_turned_off() -> None:
+    code = "from airflow_deltaberg.core.delta import stats_template as t; print(t.available())"
+    env = {**os.environ, "DELTABERG_FAST_STATS": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
