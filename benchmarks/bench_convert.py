@@ -57,6 +57,8 @@ BIG = "delta-1m-files-20-stat-cols-checkpoint-stats-parsed"
 SMALL = "delta-10k-files-20-stat-cols-checkpoint-stats-parsed"
 # The same 1M table with add.stats only (deltalake's checkpoints; bench_snapshot_load.py uses it too).
 BIG_JSON = "delta-1m-files-20-stat-cols-checkpoint"
+#: The child's environment for the cases measured without the compiled stats decoder (the `fast` extra).
+DECODER_OFF = {"DELTABERG_FAST_STATS": "0"}
 PARAMS = {"num_stat_columns": 20, "num_partitions": 100, "commits": 10, "checkpoint": True, "seed": 0}
 # The table of the whole-process ratio to deltalake: 300k files, JSON stats only.
 RATIO_JSON = "delta-300k-files-20-stat-cols-checkpoint"
@@ -285,14 +287,17 @@ class Case:
     table: str
     kind: str  # "full", "append", "remove+add"
     figures: Figures = field(default_factory=Figures)
+    env: dict[str, str] = field(default_factory=dict)  # set in the child's environment
 
 
-def run_child(mode: str, path: Path, args: argparse.Namespace, profile_out: str | None = None) -> dict:
+def run_child(mode: str, path: Path, args: argparse.Namespace, profile_out: str | None = None,
+              env: dict[str, str] | None = None) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, str(path),
            "--naive-entries", str(args.naive_entries), "--work-dir", str(args.work)]
     if profile_out:
         cmd += ["--profile-out", profile_out]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO,
+                          env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise RuntimeError(f"{mode} exited {proc.returncode}: {' | '.join(tail)}")
@@ -373,7 +378,8 @@ def measure(case: Case, work: Path, args: argparse.Namespace, removed: dict, pro
                 shutil.rmtree(table / "_iceberg", ignore_errors=True)
             else:
                 setup = IncrementalSetup(table, removed[case.table] if case.kind == "remove+add" else None)
-            figures = run_child("full" if case.kind == "full" else "incremental", table, args, profile_out)
+            figures = run_child("full" if case.kind == "full" else "incremental", table, args, profile_out,
+                                case.env)
             if profile_out is None:
                 case.figures.runs.append(figures)
         except (RuntimeError, subprocess.TimeoutExpired, ValueError, OSError) as exc:
@@ -395,13 +401,14 @@ def _revision() -> str:
     return f"commit {head}" + (" with uncommitted changes in airflow_deltaberg/" if dirty else "")
 
 
-def _run_reaped(cmd: list[str], timeout: float) -> dict:
+def _run_reaped(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict:
     """One whole process: wall seconds, CPU seconds and peak RSS (MiB) of that process alone (wait4's rusage, not
     the parent's RUSAGE_CHILDREN, whose peak is the largest of every child so far)."""
     import threading
 
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env={**os.environ, **(env or {})})
     chunks: dict[str, bytes] = {}
     readers = [threading.Thread(target=lambda name, pipe: chunks.__setitem__(name, pipe.read()), args=(n, p))
                for n, p in (("out", proc.stdout), ("err", proc.stderr))]
@@ -431,19 +438,19 @@ def ratio_to_deltalake(args: argparse.Namespace) -> dict:
     table = args.work / RATIO_JSON
     shutil.rmtree(table, ignore_errors=True)
     linked_copy(source, table)
-    runs: dict[str, list[dict]] = {"ours": [], "peer": []}
-    commands = {"ours": [sys.executable, "-c", RATIO_OURS, "convert", str(table), "--full", "--format", "json"],
-                "peer": [sys.executable, "-c", RATIO_PEER, str(table)]}
+    runs: dict[str, list[dict]] = {"ours": [], "peer": [], "ours-reader": []}
+    ours = [sys.executable, "-c", RATIO_OURS, "convert", str(table), "--full", "--format", "json"]
+    commands = {"ours": ours, "peer": [sys.executable, "-c", RATIO_PEER, str(table)], "ours-reader": ours}
     print(f"  300k files (JSON stats only): deltaberg convert vs deltalake, whole processes x{args.runs} ...",
           flush=True)
     for _ in range(args.runs):
         for side, cmd in commands.items():
-            if side == "ours":
+            if side != "peer":
                 shutil.rmtree(table / "_iceberg", ignore_errors=True)
-            figures = _run_reaped(cmd, args.timeout)
+            figures = _run_reaped(cmd, args.timeout, DECODER_OFF if side == "ours-reader" else None)
             if figures["exit"] != 0:
                 return {"error": f"{side} exited {figures['exit']}: {figures['stderr'].strip()[-300:]}"}
-            if side == "ours":
+            if side != "peer":
                 figures["result"] = json.loads(figures["stdout"])
             del figures["stdout"], figures["stderr"]
             runs[side].append(figures)
@@ -468,7 +475,11 @@ def print_ratio(ratio: dict, runs: int) -> None:
               "/".join(f"{r['seconds']:.2f}" for r in ratio["runs"]["ours"])],
              ["peer: deltalake DeltaTable(TABLE).get_add_actions(flatten=True)", f"{ratio['peer_seconds']:.2f}",
               f"{ratio['peer_cpu']:.2f}", f"{ratio['peer_peak_mb']:.0f}",
-              "/".join(f"{r['seconds']:.2f}" for r in ratio["runs"]["peer"])]]
+              "/".join(f"{r['seconds']:.2f}" for r in ratio["runs"]["peer"])],
+             ["ours, stats decoder off (DELTABERG_FAST_STATS=0: pyarrow's JSON reader)",
+              f"{ratio['ours-reader_seconds']:.2f}", f"{ratio['ours-reader_cpu']:.2f}",
+              f"{ratio['ours-reader_peak_mb']:.0f}",
+              "/".join(f"{r['seconds']:.2f}" for r in ratio["runs"]["ours-reader"])]]
     print_table(["process", "wall s", "CPU s", "peak MB", "runs s"], lines)
     met = ratio["ratio"] <= RATIO_TARGET
     print(f"  [{'met' if met else 'NOT met':^7}] 300k files (JSON stats only): deltaberg convert <= {RATIO_TARGET:g}x "
@@ -534,6 +545,7 @@ def _bench(args: argparse.Namespace) -> int:
     label = {SMALL: "10k files", BIG: "1M files"}
     cases = [Case(f"{label[t]}, {kind}", t, kind) for kind in ("full", "append", "remove+add") for t in (SMALL, BIG)]
     cases.insert(2, Case("1M files (JSON stats only), full", BIG_JSON, "full"))
+    cases.insert(3, Case("1M files (JSON stats only), full, stats decoder off", BIG_JSON, "full", env=DECODER_OFF))
     # Full runs first: the last one leaves the converted table the incremental runs start from.
     for case in cases:
         print(f"  {case.name} x{args.runs} ...", flush=True)
