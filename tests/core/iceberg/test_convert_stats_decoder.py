@@ -1,0 +1,88 @@
+"""A full conversion with the compiled stats decoder writes the very manifests it writes with pyarrow's JSON reader:
+on stats in JSON commits and in a checkpoint deltalake wrote (stats as JSON only), with rows the template does not
+take (another key set, an escape) among those it does."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from airflow_deltaberg.core.delta import stats, stats_template
+from airflow_deltaberg.core.iceberg.convert import convert
+from tests.support.delta_log import write_commit
+from tests.support.manifests import assert_same_manifests, written_manifests
+
+pytestmark = pytest.mark.skipif(not stats_template.available(), reason="numba (the `fast` extra) is not installed")
+
+FILES = 2 * stats_template.MIN_ROWS + 500
+SCHEMA = {"type": "struct", "fields": [
+    {"name": name, "type": t, "nullable": True, "metadata": {}}
+    for name, t in (("part", "string"), ("id", "long"), ("x", "double"), ("name", "string"), ("ts", "timestamp"),
+                    ("n", "integer"))]}
+
+
+def _stats(rng: random.Random, i: int) -> str:
+    low, high = rng.randrange(-10**12, 10**12), rng.randrange(10**12, 10**13)
+    bounds = {"id": [low, high], "x": [rng.uniform(-1e3, 0), rng.uniform(0, 1e3)],
+              "name": [f"a{i:07d}", f"z{i:07d}"], "ts": ["2024-01-02T03:04:05.678Z", "2024-12-31T23:59:59Z"],
+              "n": [rng.randrange(-2**31, 0), rng.randrange(0, 2**31)]}
+    odd = rng.random()
+    if odd < 0.003:
+        bounds["name"][1] = 'q"uote'  # an escape
+    elif odd < 0.006:
+        del bounds["x"]  # another key set
+    stats = {"numRecords": rng.randrange(1, 10**6),
+             "minValues": {k: v[0] for k, v in bounds.items()}, "maxValues": {k: v[1] for k, v in bounds.items()},
+             "nullCount": {k: rng.randrange(0, 10) for k in ("id", "x", "name", "ts", "n")}}
+    return json.dumps(stats, separators=(",", ":"))
+
+
+def _table(root: Path, checkpoint: bool) -> Path:
+    rng = random.Random(5)
+    metadata = {"id": "00000000-0000-0000-0000-000000000200", "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(SCHEMA), "partitionColumns": ["part"], "configuration": {},
+                "createdTime": 1_700_000_000_000}
+    write_commit(root, [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, {"metaData": metadata}],
+                 read_version=None)
+    adds = [{"add": {"path": f"part={i % 7}/f-{i:06d}.parquet", "partitionValues": {"part": str(i % 7)},
+                     "size": 1000 + i, "modificationTime": 1_700_000_000_000, "dataChange": True,
+                     "stats": _stats(rng, i)}} for i in range(FILES)]
+    write_commit(root, adds, read_version=0)
+    if checkpoint:
+        deltalake.DeltaTable(str(root)).create_checkpoint()
+    return root
+
+
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["json-commits", "deltalake-checkpoint"])
+def test_the_decoder_writes_the_readers_manifests(tmp_path: Path, checkpoint: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _table(tmp_path / "t", checkpoint)
+    taken: list[int] = []
+    decode = stats_template.decode
+
+    def spy(strings: pa.StringArray, parse_type: pa.StructType) -> object:
+        result = decode(strings, parse_type)
+        taken.append(0 if result is None else len(result[1]))
+        return result
+
+    def no_row_parser(*args: object) -> None:
+        raise AssertionError("the row-by-row parser ran: the batch's decoded rows were dropped")
+
+    with monkeypatch.context() as m:
+        m.setattr(stats_template, "decode", spy)
+        m.setattr(stats, "_sanitize_stats", no_row_parser)
+        fast = convert(str(table), full=True)
+    assert FILES * 0.9 < sum(taken) < FILES  # the decoder did most rows, the reader the odd ones
+    decoded = written_manifests(fast.metadata_location, table)
+    shutil.rmtree(table / "_iceberg")
+    with monkeypatch.context() as m:
+        m.setattr(stats_template, "NUMBA", False)
+        slow = convert(str(table), full=True)
+    assert fast.records == slow.records
+    assert_same_manifests(written_manifests(slow.metadata_location, table), decoded)
