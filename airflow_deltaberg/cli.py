@@ -12,10 +12,11 @@ import io
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, redirect_stderr
-from typing import Any
+from contextlib import contextmanager, redirect_stderr, suppress
+from typing import Any, NoReturn
 
 from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
@@ -353,9 +354,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings_to_stderr(args.command), redacting_logs(args.redact):
         try:
             return args.run(args)
+        except BrokenPipeError:  # the reader of the output went away (| head): nothing more can reach it
+            return EXIT_ERROR
         except Exception as exc:  # noqa: BLE001 - any failure is "error", never "violations"
             report_error(args, exc)
             return EXIT_ERROR
+
+
+def run() -> NoReturn:
+    """The ``deltaberg`` command: ``main``, then the process ends once its output is out, without the interpreter's
+    teardown of every module (~0.3-0.6 s with pyiceberg, pandas and numba loaded; nothing is left to clean up: the
+    command's files are closed and its temporary folders removed when main returns)."""
+    code = main()
+    with suppress(BrokenPipeError):  # a reader that went away (| head) needs no more output
+        sys.stdout.flush()
+        sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def report_error(args: argparse.Namespace, error: BaseException) -> None:

@@ -71,7 +71,7 @@ INCREMENTAL_SECONDS, INCREMENTAL_RATIO = 1.0, 1.5
 CHILD_MODES = ("full", "incremental", "naive-ours", "naive-pyiceberg", "fixture", "pick-removed")
 RATIO_TARGET = 1.2
 # The two whole processes of the ratio (cwd = the repository, so this checkout's package is used).
-RATIO_OURS = "import sys; from airflow_deltaberg.cli import main; sys.exit(main())"
+RATIO_OURS = "from airflow_deltaberg.cli import run; run()"  # what the deltaberg command runs
 RATIO_PEER = "import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).get_add_actions(flatten=True)"
 
 
