@@ -62,7 +62,6 @@ class Template:
     pieces: tuple[bytes, ...]
     slots: tuple[Slot, ...]
     objects: frozenset[tuple[str, ...]]  # key paths of the objects the template has (their structs are valid)
-    nulls: frozenset[tuple[str, ...]]  # key paths whose value is a literal null in the template
 
 
 def available() -> bool:
@@ -124,7 +123,6 @@ def template_of(text: str, parse_type: pa.StructType) -> Template | None:
     pieces: list[str] = []
     slots: list[Slot] = []
     objects: set[tuple[str, ...]] = set()
-    nulls: set[tuple[str, ...]] = set()
     fixed_start = 0
     for kind, path, start, end in tokens:
         if kind == "object":
@@ -136,8 +134,7 @@ def template_of(text: str, parse_type: pa.StructType) -> Template | None:
         if field is not None and pa.types.is_struct(field):
             return None  # a value where the type has an object
         if kind == "null":
-            nulls.add(path)
-            continue  # "null" stays in the fixed text
+            continue  # "null" stays in the fixed text: the field is null in every row the template takes
         slot_kind = SKIP if field is None else _slot_kind(field, kind)
         if slot_kind is None:
             return None
@@ -145,7 +142,7 @@ def template_of(text: str, parse_type: pa.StructType) -> Template | None:
         slots.append(Slot(path, slot_kind, field))
         fixed_start = end
     pieces.append(text[fixed_start:])
-    return Template(tuple(p.encode() for p in pieces), tuple(slots), frozenset(objects), frozenset(nulls))
+    return Template(tuple(p.encode() for p in pieces), tuple(slots), frozenset(objects))
 
 
 def _slot_kind(t: pa.DataType, token: str) -> int | None:
