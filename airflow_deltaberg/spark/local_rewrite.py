@@ -6,12 +6,18 @@ depends on ~/.m2 and ~/.ivy2 and the network): the jars given (``--jars``, ``$DE
 ``scripts/fetch_jars.sh`` fetched (``$DELTABERG_JARS_DIR``, else ``.jars`` of a source checkout). Maven coordinates
 are resolved by Spark only when ``$DELTABERG_SPARK_PACKAGES`` asks for it. When the jars or Java are missing, or
 the JVM does not start, SparkStartError says which jars and which Java were needed, in one line.
+
+A local session gets settings sized for one machine (``local_defaults``): Spark's and Delta's defaults are sized for
+a cluster (200 shuffle partitions, 50 partitions for Delta's log replay), which costs seconds of task scheduling on a
+local master. A value the user set through Spark's own configuration (``spark-defaults.conf``, or ``--conf`` in
+``$PYSPARK_SUBMIT_ARGS``) is kept.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -33,6 +39,7 @@ SPARK_PACKAGES_ENV = "DELTABERG_SPARK_PACKAGES"
 DELTA_JARS = ("delta-spark_*.jar", "delta-storage-*.jar")
 DELTA_JAR_NAMES = "delta-spark_4.1_2.13-4.4.0.jar and delta-storage-4.4.0.jar"
 _CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
 
 
 def jvm_pyspark_installed() -> bool:
@@ -112,6 +119,38 @@ def java_executable() -> str:
     return found
 
 
+def local_cores(master: str) -> int | None:
+    """The task slots of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master; None for any other."""
+    match = _LOCAL_MASTER.fullmatch(master.strip())
+    if match is None:
+        return None
+    cores = match.group(1)
+    if cores is None:
+        return 1
+    return (os.cpu_count() or 1) if cores == "*" else max(1, int(cores))
+
+
+def local_defaults(master: str) -> dict[str, str]:
+    """SQL settings for a session on ``master`` when it is local: as many shuffle partitions, and partitions for
+    Delta's snapshot state (its log replay), as the master has task slots (at least 2), instead of the 200 and 50
+    sized for a cluster. Empty for any other master."""
+    cores = local_cores(master)
+    if cores is None:
+        return {}
+    partitions = str(max(2, cores))
+    return {"spark.sql.shuffle.partitions": partitions, "spark.databricks.delta.snapshotPartitions": partitions}
+
+
+def apply_defaults(session: Any, defaults: Mapping[str, str]) -> dict[str, str]:
+    """Set each of ``defaults`` the session's configuration does not hold yet (the user's spark-defaults.conf and
+    ``--conf`` values reach it at start); returns those set."""
+    given = session.sparkContext.getConf()
+    applied = {key: value for key, value in defaults.items() if not given.contains(key)}
+    for key, value in applied.items():
+        session.conf.set(key, value)
+    return applied
+
+
 def local_spark_session(jars: str | None = None) -> Any:
     """The active SparkSession, or a new local one with Delta on Spark (see the module docstring)."""
     from pyspark.sql import SparkSession
@@ -124,12 +163,12 @@ def local_spark_session(jars: str | None = None) -> Any:
     java = java_executable()
     # Local Python workers (the rewrite writes files from them) must run this interpreter and its packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(os.environ.get("DELTABERG_SPARK_MASTER", "local[*]")).appName(
-        "deltaberg-enable")
+    master = os.environ.get("DELTABERG_SPARK_MASTER", "local[*]")
+    builder = SparkSession.builder.master(master).appName("deltaberg-enable")
     builder = (builder.config("spark.jars.packages", packages) if packages
                else builder.config("spark.jars", ",".join(jar_files)))
     try:
-        return (
+        session = (
             builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
             .config("spark.sql.session.timeZone", "UTC")
@@ -142,3 +181,5 @@ def local_spark_session(jars: str | None = None) -> Any:
         needed = f"packages {packages}" if packages else f"jars {', '.join(jar_files)}"
         raise SparkStartError(f"the local Spark of the enable rewrite did not start ({condition}); it needed Java "
                               f"{java} and the {needed}") from exc
+    apply_defaults(session, local_defaults(master))
+    return session

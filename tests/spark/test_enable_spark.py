@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from support.cli import DELTABERG
+from support.spark_session import PYSPARK_SUBMIT_ARGS
 from support.tables import id_mode_table, rows_of
 
 from airflow_deltaberg.cli import main
@@ -81,7 +82,8 @@ def test_shell_enable_uses_the_fetched_jars_not_ivy(deltalake_table: Callable[..
         "<artifactId>delta-spark_4.1_2.13</artifactId><version>4.4.0</version></project>")
     path = deltalake_table("t", data=pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", None]}))
     before = rows_of(path)
-    env = {**os.environ, "HOME": str(home), "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_SUBMIT_ARGS": PYSPARK_SUBMIT_ARGS}  # the tests' JVM options
     env.pop("DELTABERG_SPARK_PACKAGES", None)
     env.pop("DELTABERG_SPARK_JARS", None)
     result = subprocess.run([DELTABERG, "enable", str(path), "--format", "json"], capture_output=True, text=True,

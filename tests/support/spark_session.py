@@ -27,6 +27,13 @@ REQUIRED_JARS = ("delta-spark_*.jar", "delta-storage-*.jar")
 KERNEL_JARS = ("delta-kernel-api-*.jar", "delta-kernel-defaults-*.jar", "jackson-datatype-jdk8-*.jar")
 #: Iceberg's Spark runtime (the Java reference implementation): only the `iceberg_spark` fixture needs it.
 ICEBERG_JARS = ("iceberg-spark-runtime-*.jar",)
+#: The driver JVM's options in tests: short-lived JVMs doing many small queries on a 2-core machine, where C1-only
+#: JIT and the serial GC cut the run time by a third to a half (C2 compilations and parallel GC threads compete with
+#: the queries).
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: $PYSPARK_SUBMIT_ARGS for a process that starts its own local Spark through pyspark (`deltaberg enable`): the
+#: JVM_OPTIONS, given the way a user gives a driver setting to such a process.
+PYSPARK_SUBMIT_ARGS = f'--conf "spark.driver.extraJavaOptions={JVM_OPTIONS}" pyspark-shell'
 
 
 def require_jars(patterns: tuple[str, ...], what: str) -> None:
@@ -78,9 +85,7 @@ def spark_session() -> Iterator[Any]:
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
-        # Short-lived JVM doing many small queries: C1-only JIT and the serial GC cut the run time by a third to
-        # a half on a 2-core machine (C2 compilations and parallel GC threads compete with the queries).
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
         .config("spark.log.level", "ERROR")
         .getOrCreate()
     )
@@ -131,7 +136,7 @@ def run_spark_submit(application: str, *arguments: str, master: str = "local[2]"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("SPARK_HOME", None)  # the pyspark install's own
     settings = {"spark.ui.enabled": "false",
-                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", **(conf or {})}
+                "spark.driver.extraJavaOptions": JVM_OPTIONS, **(conf or {})}
     command = [str(submit), "--master", master, *(["--jars", jars] if jars else [])]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
