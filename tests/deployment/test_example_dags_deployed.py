@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from pyiceberg.catalog import load_catalog
 from support.deployment import Deployment, deployment
-from support.spark_session import java
+from support.spark_session import SUBMIT_CONF, java
 
 from airflow_deltaberg.core.iceberg.convert import convert
 
@@ -28,8 +28,6 @@ pytestmark = pytest.mark.spark  # the regeneration is a spark-submit job
 DAG_ID = "deltaberg_event_driven_regeneration"
 STORAGE_SECRET = "fake-storage-secret-d3pl0y-5t0r4g3"
 CATALOG_SECRET = "fake-catalog-token-d3pl0y-c4t4l0g"
-FAST_SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                   "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
 def delta_rows(path: Path) -> list[str]:
@@ -96,7 +94,7 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         setting + "IDENTIFIER": "lake.basic",
         setting + "STORAGE_CONN_ID": "lake_storage",
         setting + "CATALOG_CONN_ID": "lake_catalog",
-        setting + "SPARK_CONF": json.dumps(FAST_SPARK_CONF),
+        setting + "SPARK_CONF": json.dumps(SUBMIT_CONF),
         setting + "POKE_SECONDS": "1",
         setting + "WAIT_HOURS": "0.05",
     }

@@ -34,6 +34,10 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: $PYSPARK_SUBMIT_ARGS for a process that starts its own local Spark through pyspark (`deltaberg enable`): the
 #: JVM_OPTIONS, given the way a user gives a driver setting to such a process.
 PYSPARK_SUBMIT_ARGS = f'--conf "spark.driver.extraJavaOptions={JVM_OPTIONS}" pyspark-shell'
+#: Spark settings for the small local jobs the tests submit (operators, example DAGs): no UI, the JVM_OPTIONS, and
+#: shuffle and Delta snapshot partitions for 2 cores instead of Spark's 200 and Delta's 50 (each an idle task).
+SUBMIT_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+               "spark.databricks.delta.snapshotPartitions": "2", "spark.driver.extraJavaOptions": JVM_OPTIONS}
 
 
 def require_jars(patterns: tuple[str, ...], what: str) -> None:
