@@ -7,11 +7,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.deltaberg-installed
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh scripts/uv.sh | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setting up .venv (first run takes a few minutes; log in .venv/install.log)" >&2
-  if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e '.[test]'; } \
-      > .venv/install.log 2>&1; then
+  echo "setting up .venv (the first run takes a minute or two; log in .venv/install.log)" >&2
+  if ! scripts/uv.sh .venv/bin/python pip install --python .venv/bin/python -e '.[test]' > .venv/install.log 2>&1
+  then
     tail -n 40 .venv/install.log >&2
     exit 1
   fi
