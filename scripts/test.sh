@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
 # Set up (see setup.sh), fetch the Spark jars (see fetch_jars.sh), lint, and run the test suite. Extra arguments go to
-# pytest. Without arguments (CI, .ci/run), tests/install runs a second time in .venv-floor (see setup_floor.sh): a
-# plain install (no extras, no pyspark) on the lowest declared Airflow; that venv is built while the main suite runs
-# (its install is mostly download and unpacking). DELTABERG_FLOOR_TESTS=1 runs it with arguments too, =0 never.
+# pytest. Without arguments (CI, .ci/run), the suite runs in two pytest-xdist workers (DELTABERG_TEST_WORKERS), and
+# tests/install runs a second time in .venv-floor (see setup_floor.sh): a plain install (no extras, no pyspark) on the
+# lowest declared Airflow; that venv is built while the main suite runs. DELTABERG_FLOOR_TESTS=1 runs it with
+# arguments too, =0 never.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p .cache
+# The Spark jars tests/spark needs (cached in .jars/; Maven starts a JVM per artifact), fetched while .venv is set up.
+scripts/fetch_jars.sh > .cache/fetch_jars.log 2>&1 &
+jars=$!
 scripts/setup.sh
 floor=${DELTABERG_FLOOR_TESTS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 if [ "$floor" = 1 ]; then
-  mkdir -p .cache
   scripts/setup_floor.sh > .cache/setup_floor.log 2>&1 &
   floor_setup=$!
 fi
-scripts/fetch_jars.sh >/dev/null  # the Spark jars tests/spark needs (cached in .jars/)
+if ! wait "$jars"; then
+  cat .cache/fetch_jars.log >&2
+  exit 1
+fi
 .venv/bin/ruff check .
+if [ $# -eq 0 ]; then
+  # Two workers on CI's 2 cores: a single process keeps one core idle while its tests wait on JVMs and subprocesses.
+  # A module is one unit of work (its module fixtures start once), handed out in collection order, where the modules
+  # with Spark tests come first (tests/support/plugin.py); each worker has its own Airflow home and Spark session.
+  set -- -n "${DELTABERG_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder
+fi
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ "$floor" = 1 ]; then

@@ -38,6 +38,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker (scripts/test.sh: ``--dist loadfile --no-loadscope-reorder``, a module is one unit
+    of work, handed out in collection order): the modules with Spark tests first, so that the long units start
+    first and the short ones fill in at the end. A plain run keeps pytest's order."""
+    if not hasattr(config, "workerinput"):
+        return
+    spark_modules = {item.path for item in items if item.get_closest_marker("spark")}
+    items.sort(key=lambda item: item.path not in spark_modules)  # stable: the order within each group is kept
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize any test that takes a ``fixture_table`` argument with every fixture table name
     (minus the ``exclude`` of its ``fixture_tables`` mark)."""
