@@ -8,6 +8,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -20,7 +21,37 @@ def partition_strings(partition_values: pa.Array | pa.ChunkedArray, physical_nam
         partition_values = partition_values.combine_chunks()
     if not len(partition_values):
         return pa.array([], pa.string())
+    same_layout = _lookup_in_same_layout(partition_values, physical_name)
+    if same_layout is not None:
+        return same_layout
     return pc.map_lookup(partition_values, physical_name, "first")
+
+
+def _lookup_in_same_layout(maps: pa.MapArray, key: str) -> pa.Array | None:
+    """``map_lookup(maps, key, "first")`` for maps that all hold ``key`` at the same position and nowhere before it
+    (the files of one writer list the partition columns in one order), by position instead of a search in each
+    map (~10x faster); None for other maps."""
+    if maps.null_count:
+        return None
+    offsets = maps.offsets.to_numpy()
+    counts = np.diff(offsets)
+    width = int(counts[0])
+    if width == 0 or (counts != width).any():
+        return None
+    keys, items = maps.keys, maps.items
+    first = offsets[0]
+    leading = keys.slice(int(first), width).to_pylist()
+    if key not in leading:
+        return None
+    position = leading.index(key)
+    # Every map's keys before and at the position must be those of the first map: the key is then first there.
+    for ahead in range(position + 1):
+        at = keys.take(pa.array(offsets[:-1] + ahead))
+        if not pc.all(pc.equal(at, leading[ahead])).as_py() or at.null_count:
+            return None
+    if width == 1:
+        return items.slice(int(first), len(maps))
+    return items.take(pa.array(offsets[:-1] + position))
 
 
 def serialize_partition_value(value: Any, t: PrimitiveType) -> str | None:

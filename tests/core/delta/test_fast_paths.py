@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_deltaberg.core.delta import DeltaTable
+from airflow_deltaberg.core.delta.partition_codec import partition_strings
 from airflow_deltaberg.core.delta.stats import parse_stats, stats_type
 from airflow_deltaberg.core.errors import CorruptLogError
 
@@ -352,3 +353,35 @@ def test_stats_with_nan_bounds_keep_exact_decimals_and_timestamps() -> None:
     assert first["maxValues"]["ts"] == dt.datetime(2020, 1, 1, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
     assert first["minValues"]["ntz"] == dt.datetime(2020, 1, 1, 0, 0, 0, 500000)
     assert (second["minValues"]["f"], second["maxValues"]["f"], second["numRecords"]) == (1.5, 2.5, 1)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_partition_values_by_position_equal_the_lookup(seed: int) -> None:
+    """Maps of one layout take the value at the key's position; a map with the keys in another order, one key more
+    or less, a repeated key or a null map sends the column to the per-map lookup: the same strings either way."""
+    import random
+
+    rng = random.Random(seed)
+    layout = rng.choice([["a"], ["a", "b"], ["b", "a"], ["a", "b", "c"]])
+    odd = rng.random() < 0.5
+    rows: list[list[tuple[str, str | None]] | None] = []
+    for i in range(rng.randint(1, 40)):
+        keys = list(layout)
+        pick = rng.random() if odd else 1.0
+        if pick < 0.05:
+            rows.append(None)
+            continue
+        if pick < 0.1:
+            keys.reverse()
+        elif pick < 0.15:
+            keys.append("a")
+        elif pick < 0.2:
+            keys.insert(0, "a")
+        elif pick < 0.25:
+            keys.pop()
+        rows.append([(k, rng.choice([None, "", "x", str(i)])) for k in keys])
+    maps = pa.array(rows, pa.map_(pa.string(), pa.string()))
+    start = rng.randint(0, len(maps) - 1)
+    for part in (maps, maps.slice(start, rng.randint(1, len(maps) - start))):
+        for key in ("a", "b", "c", "z"):
+            assert partition_strings(part, key).equals(pc.map_lookup(part, key, "first")), (part, key)
