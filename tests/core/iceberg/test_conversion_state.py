@@ -21,6 +21,7 @@ from pyiceberg.table import StaticTable
 from pyiceberg.types import StructType
 
 import airflow_deltaberg.core.iceberg.manifest as manifest_module
+from airflow_deltaberg.core.iceberg import conversion_state
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
     ManifestTable,
@@ -98,6 +99,37 @@ def test_a_removal_on_a_table_with_parquet_entry_copies(tmp_path: Path, partitio
     assert state is not None
     assert all(m.entries_key.endswith((".entries.arrow", ".entries.parquet")) for m in state.manifests)
     assert any(m.entries_key.endswith(".entries.arrow") for m in state.manifests)
+
+
+def test_a_removal_on_a_table_whose_entry_copies_are_zstd_compressed(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Earlier versions compressed the Arrow copies with zstd: a removal rewrites such a manifest from its copy."""
+    path = tmp_path / "t"
+    write_deltalake(str(path), _rows(0, 6), partition_by=["p"])
+    write_deltalake(str(path), _rows(10, 6), mode="append", partition_by=["p"])
+    monkeypatch.setattr(conversion_state, "IPC_OPTIONS", pa.ipc.IpcWriteOptions(compression="zstd"))
+    convert(str(path))
+    copies = list((path / "_iceberg" / "metadata").glob("*.entries.arrow"))
+    assert copies and all(_codec(c) == "ZSTD" for c in copies)
+    monkeypatch.undo()
+
+    deltalake.DeltaTable(str(path)).delete("id % 3 = 0")
+    result = convert(str(path))
+
+    assert result.mode == "incremental" and result.files_removed > 0
+    table = StaticTable.from_metadata(result.metadata_location)
+    assert _ids(table.scan().to_arrow()) == _ids(deltalake.DeltaTable(str(path)).to_pyarrow_table())
+    assert {_codec(c) for c in (path / "_iceberg" / "metadata").glob("*.entries.arrow") if c not in copies} == {"LZ4"}
+
+
+def _codec(copy: Path) -> str:
+    """The codec of an Arrow IPC file's compressed buffers: each starts with its length (8 bytes) and a frame
+    of its codec, whose magic number tells which."""
+    data = copy.read_bytes()
+    found = {name for name, magic in (("LZ4", b"\x04\x22\x4d\x18"), ("ZSTD", b"\x28\xb5\x2f\xfd"))
+             if magic in data}
+    assert len(found) == 1, found
+    return found.pop()
 
 
 # ------------------------------------------------------------------------- rows carried over, not re-encoded
