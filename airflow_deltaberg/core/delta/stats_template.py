@@ -44,8 +44,15 @@ _INT_RANGES = {
 #: A batch is decoded here only when its first rows match the template this often; the rest go to the reader.
 _PROBE_ROWS = 64
 _PROBE_MATCHES = 0.5
-#: Smaller batches go to the reader: the decoder's start (numba) costs more than it saves on them.
+#: Smaller batches go to the reader: the decoder's setup costs more than it saves on them.
 MIN_ROWS = 8192
+#: Stats text from which loading the compiled passes (numba's import and cached code: ~0.7 s of one core) pays
+#: off: ~45k files of 20 columns' stats (a full conversion of 20k such files took 0.5 s longer with the decoder).
+#: Until a caller warms the decoder up, only a batch this big loads it.
+WORTH_BYTES = 64 * 2**20
+#: A Delta log (checkpoint and commits) from which a full read warms the decoder up: a Parquet checkpoint holds its
+#: stats JSON in about half the text's bytes.
+WORTH_LOG_BYTES = WORTH_BYTES // 2
 
 
 @dataclass(frozen=True)
@@ -71,9 +78,18 @@ def available() -> bool:
 def decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.StructArray, np.ndarray] | None:
     """The rows of ``strings`` (no nulls) that match the template of its first string, as ``parse_type`` (exactly
     what pyarrow's JSON reader gives for them), and their indices; None when there is no usable template."""
-    if not NUMBA or len(strings) < MIN_ROWS or not _kernels_ready():
+    if not NUMBA or len(strings) < MIN_ROWS:
+        return None
+    if not _warming.is_set() and _text_bytes(strings) < WORTH_BYTES:
+        return None
+    if not _kernels_ready():
         return None
     return _decode(strings, parse_type)
+
+
+def _text_bytes(strings: pa.StringArray) -> int:
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=len(strings) + 1, offset=strings.offset * 4)
+    return int(offsets[-1] - offsets[0])
 
 
 def _decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.StructArray, np.ndarray] | None:
@@ -322,10 +338,15 @@ def _kernels_ready() -> bool:
     return NUMBA
 
 
+_warming = threading.Event()
+
+
 def warm_up() -> None:
     """Get the compiled passes ready on a background thread (numba's import and the cached machine code, ~0.4 s on
-    one core), for a caller about to parse many stats: the work overlaps what it does meanwhile (loading the log)."""
-    if NUMBA:
+    one core), for a caller about to parse many stats (``WORTH_BYTES`` or more): the work overlaps what it does
+    meanwhile (loading the log), and batches of any size from ``MIN_ROWS`` on are decoded from then on."""
+    if NUMBA and not _warming.is_set():
+        _warming.set()
         threading.Thread(target=_load_kernels, name="stats-decoder-warm-up", daemon=True).start()
 
 

@@ -83,6 +83,10 @@ class DeltaTable:
         """The newest committed version (lists the log from `_last_checkpoint` on when present)."""
         return build_log_segment(self.storage, self.location).version
 
+    def log_segment(self, version: int | None = None) -> LogSegment:
+        """The checkpoint and commits a snapshot at ``version`` (latest when None) replays (lists the log)."""
+        return build_log_segment(self.storage, self.location, version)
+
     def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
         """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest."""
         if timestamp_ms is not None:

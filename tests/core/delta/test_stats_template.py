@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.skipif(not stats_template.available(), reason="numba (t
 @pytest.fixture(autouse=True)
 def _small_batches_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stats_template, "MIN_ROWS", 1)
+    monkeypatch.setattr(stats_template, "WORTH_BYTES", 0)
 
 COLUMNS = (("b", "byte"), ("sh", "short"), ("i", "integer"), ("l", "long"), ("f", "float"), ("d", "double"),
            ("s", "string"), ("ts", "timestamp"), ("ntz", "timestamp_ntz"), ("dt", "date"), ("dec", "decimal(10,2)"),
@@ -241,3 +243,19 @@ def test_the_decoder_can_be_turned_off() -> None:
     env = {**os.environ, "DELTABERG_FAST_STATS": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_small_batch_loads_the_decoder_only_once_it_is_warmed_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below WORTH_BYTES of text a batch goes to the reader until a caller warms the decoder up."""
+    monkeypatch.setattr(stats_template, "_warming", threading.Event())
+    monkeypatch.setattr(stats_template, "WORTH_BYTES", 10**9)
+    rng = random.Random(5)
+    strings = pa.array([_row(rng, ["l", "d", "ts"], 0.0, ":") for _ in range(200)], pa.string())
+    parse_type = _json_parse_type(stats_type(SCHEMA))
+    assert stats_template.decode(strings, parse_type) is None
+    monkeypatch.setattr(stats_template, "WORTH_BYTES", len(strings.buffers()[2]) // 2)
+    assert stats_template.decode(strings, parse_type) is not None  # a batch this big pays for the start by itself
+    monkeypatch.setattr(stats_template, "WORTH_BYTES", 10**9)
+    stats_template.warm_up()
+    decoded = stats_template.decode(strings, parse_type)
+    assert decoded is not None and len(decoded[1]) == len(strings)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import deltalake
@@ -75,6 +77,7 @@ def test_the_decoder_writes_the_readers_manifests(tmp_path: Path, checkpoint: bo
         raise AssertionError("the row-by-row parser ran: the batch's decoded rows were dropped")
 
     with monkeypatch.context() as m:
+        m.setattr(stats_template, "WORTH_LOG_BYTES", 0)  # the log of a big table: the conversion warms it up
         m.setattr(stats_template, "decode", spy)
         m.setattr(stats, "_sanitize_stats", no_row_parser)
         fast = convert(str(table), full=True)
@@ -86,3 +89,19 @@ def test_the_decoder_writes_the_readers_manifests(tmp_path: Path, checkpoint: bo
         slow = convert(str(table), full=True)
     assert fast.records == slow.records
     assert_same_manifests(written_manifests(slow.metadata_location, table), decoded)
+
+
+@pytest.mark.parametrize(("log_bytes", "loaded"), [(None, False), (0, True)])
+def test_numba_is_loaded_only_for_a_log_worth_it(tmp_path: Path, log_bytes: int | None, loaded: bool) -> None:
+    """A full conversion of a small table parses its stats with the reader and never imports numba (~0.7 s of a
+    core); a log of WORTH_LOG_BYTES or more warms the decoder up, and its batches are decoded."""
+    table = _table(tmp_path / "t", checkpoint=True)
+    code = "\n".join([
+        "import sys",
+        "from airflow_deltaberg.core.delta import stats_template",
+        f"if {log_bytes!r} is not None: stats_template.WORTH_LOG_BYTES = {log_bytes!r}",
+        "from airflow_deltaberg.core.iceberg.convert import convert",
+        f"print(convert({str(table)!r}, full=True).files_added, 'numba' in sys.modules)",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.split() == [str(FILES), str(loaded)]
