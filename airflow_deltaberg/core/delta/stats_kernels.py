@@ -9,12 +9,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from airflow_deltaberg.core.delta.stats_slots import BOOL, INT, NUM, STR, TS
+
 _jit = numba.njit(nogil=True, cache=True, boundscheck=False)
 # Helpers inlined at the IR level: a call would pass whole array structs.
 _inline = numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 
-# Slot kinds, as stats_template numbers them.
-_INT, _NUM, _STR, _TS, _BOOL = 0, 1, 2, 3, 4
 
 
 @_inline
@@ -140,7 +140,7 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
             if s == slots:
                 break
             kind = kinds[s]
-            if kind == _INT:  # -?(0|[1-9][0-9]*) within [lo, hi]
+            if kind == INT:  # -?(0|[1-9][0-9]*) within [lo, hi]
                 negative = p < stop and data[p] == 45
                 if negative:
                     p += 1
@@ -164,7 +164,7 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                     good = False
                     break
                 ints[r, s] = value
-            elif kind == _NUM:
+            elif kind == NUM:
                 end = _number_end(data, p, stop)
                 if end < 0:
                     good = False
@@ -172,7 +172,7 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                 spans[r, s, 0] = p
                 spans[r, s, 1] = end
                 p = end
-            elif kind == _STR or kind == _TS:
+            elif kind == STR or kind == TS:
                 if p >= stop or data[p] != 34:
                     good = False
                     break
@@ -181,7 +181,7 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                     good = False
                     break
                 value_end = end
-                if kind == _TS:
+                if kind == TS:
                     value_end = _timestamp_end(data, p + 1, end)
                     if value_end < 0 or not (value_end == end or (value_end + 1 == end and data[value_end] == 90)):
                         good = False
@@ -189,7 +189,7 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                 spans[r, s, 0] = p + 1
                 spans[r, s, 1] = value_end
                 p = end + 1
-            elif kind == _BOOL:
+            elif kind == BOOL:
                 end = _literal_end(data, p, stop)
                 if end < 0 or data[p] == 110:  # null is not a bool
                     good = False

@@ -27,14 +27,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_deltaberg.core.delta.stats_slots import BOOL, INT, NUM, SKIP, STR, TS
+
 log = logging.getLogger(__name__)
 
 #: numba is there (the ``fast`` extra) and not turned off (``DELTABERG_FAST_STATS=0``); without it every batch goes to
 #: pyarrow's JSON reader.
 NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("DELTABERG_FAST_STATS", "1") != "0"
 
-# Slot kinds (the kernel's switch).
-INT, NUM, STR, TS, BOOL, SKIP = 0, 1, 2, 3, 4, 5
 _INT_RANGES = {
     pa.int8(): (-(2**7), 2**7 - 1),
     pa.int16(): (-(2**15), 2**15 - 1),
