@@ -157,6 +157,18 @@ class ManifestTable:
         combined = pa.concat_tables([self.table, new_table]).take(pa.array(order))
         return ManifestTable(combined, self.list_rows_version)
 
+    def without_spent(self, snapshot_id: int) -> ManifestTable:
+        """Without the manifests an earlier snapshot than ``snapshot_id`` left with no live entry (every entry
+        DELETED): the snapshot that deleted the entries lists them, the next ones need not (as Iceberg's own
+        writers do). Carried on, each would be read by every scan planner at every later snapshot."""
+        if not len(self):
+            return self
+        live = self.ints("added_files_count") + self.ints("existing_files_count")
+        spent = (live == 0) & (self.ints("deleted_files_count") > 0) & (self.ints("added_snapshot_id") != snapshot_id)
+        if not spent.any():
+            return self
+        return ManifestTable(self.table.filter(pa.array(~spent)), self.list_rows_version)
+
     def unencoded(self, format_version: int) -> list[int]:
         """Positions of the manifests whose manifest-list row is to be encoded for ``format_version``."""
         if self.list_rows_version != format_version:

@@ -130,7 +130,7 @@ def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Tab
             added += write_entry_manifests(storage, plan, new_data)
         if entries.deletes is not None:
             added += write_entry_manifests(storage, plan, entries.deletes, content="deletes")
-    manifests = manifests.with_changes(rewritten, added)
+    manifests = manifests.with_changes(rewritten, added).without_spent(plan.snapshot_id)
     summary = snapshot_summary(manifests, plan.snapshot_id)
     new_tip = commit_snapshot(storage, tip, plan, manifests, _operation(changes, summary), summary)
     return new_tip, int(summary["added-data-files"]), int(summary["deleted-data-files"])

@@ -122,6 +122,33 @@ def test_a_removal_on_a_table_whose_entry_copies_are_zstd_compressed(tmp_path: P
     assert {_codec(c) for c in (path / "_iceberg" / "metadata").glob("*.entries.arrow") if c not in copies} == {"LZ4"}
 
 
+def test_a_manifest_left_with_deleted_entries_only_is_dropped_from_the_next_snapshot(tmp_path: Path) -> None:
+    """The snapshot that deletes every file of a manifest lists it with DELETED entries; the next one drops it."""
+    path = tmp_path / "t"
+    write_deltalake(str(path), _rows(0, 4))
+    assert convert(str(path)).mode == "full"
+    write_deltalake(str(path), _rows(10, 4), mode="append")
+    convert(str(path))
+    deltalake.DeltaTable(str(path)).delete("id < 10")  # every row of the first file: its remove, no add
+    deleting = convert(str(path))
+    write_deltalake(str(path), _rows(20, 4), mode="append")
+    after = convert(str(path))
+
+    def manifest_rows(location: str) -> list[tuple[int, int, int]]:
+        table = StaticTable.from_metadata(location)
+        files = table.current_snapshot().manifests(table.io)
+        return sorted((m.added_files_count, m.existing_files_count, m.deleted_files_count) for m in files)
+
+    assert (0, 0, 1) in manifest_rows(deleting.metadata_location)
+    assert manifest_rows(after.metadata_location) == [(1, 0, 0), (1, 0, 0)]
+    for result, version, totals in ((deleting, 2, ("1", "4")), (after, 3, ("2", "8"))):
+        table = StaticTable.from_metadata(result.metadata_location)
+        delta = deltalake.DeltaTable(str(path), version=version).to_pyarrow_table()
+        assert _ids(table.scan().to_arrow()) == _ids(delta)
+        summary = table.current_snapshot().summary
+        assert (summary["total-data-files"], summary["total-records"]) == totals
+
+
 def _codec(copy: Path) -> str:
     """The codec of an Arrow IPC file's compressed buffers: each starts with its length (8 bytes) and a frame
     of its codec, whose magic number tells which."""
