@@ -172,7 +172,7 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                 spans[r, s, 0] = p
                 spans[r, s, 1] = end
                 p = end
-            elif kind == STR or kind == TS:
+            elif kind == STR:
                 if p >= stop or data[p] != 34:
                     good = False
                     break
@@ -180,12 +180,21 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                 if end < 0:
                     good = False
                     break
-                value_end = end
-                if kind == TS:
-                    value_end = _timestamp_end(data, p + 1, end)
-                    if value_end < 0 or not (value_end == end or (value_end + 1 == end and data[value_end] == 90)):
-                        good = False
-                        break
+                spans[r, s, 0] = p + 1
+                spans[r, s, 1] = end
+                p = end + 1
+            elif kind == TS:  # a time's characters need no escape: checked in place, then the closing quote
+                if p >= stop or data[p] != 34:
+                    good = False
+                    break
+                value_end = _timestamp_end(data, p + 1, stop)
+                if value_end < 0:
+                    good = False
+                    break
+                end = value_end + 1 if value_end < stop and data[value_end] == 90 else value_end
+                if end >= stop or data[end] != 34:
+                    good = False
+                    break
                 spans[r, s, 0] = p + 1
                 spans[r, s, 1] = value_end
                 p = end + 1
