@@ -1,8 +1,9 @@
-"""The compiled passes of the stats template decoder (``stats_template``): imported only when a batch is big enough
-to repay numba's start (~0.3 s import, ~0.1 s to load the cached machine code).
+"""The compiled passes of the stats template decoder (``stats_template``): imported only where parsing repays numba's
+start (~0.3 s import, ~0.4 s to load the cached machine code; see ``stats_template.WORTH_BYTES``).
 
 Written for the machine code they become: the fixed text is compared over slices without an early exit (the loop
-vectorizes), digits are found first and summed after, and a timestamp is checked position by position."""
+vectorizes), an integer is summed as its digits are found (a 19-digit one, rare, is summed again exactly), and a
+timestamp is checked position by position."""
 
 from __future__ import annotations
 
@@ -145,21 +146,29 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                 if negative:
                     p += 1
                 start = p
-                p = _digits(data, p, stop)
+                value = 0
+                while p < stop:
+                    digit = np.uint8(data[p] - 48)
+                    if digit > 9:
+                        break
+                    value = value * 10 + digit  # wraps beyond 19 digits: such values are refused below
+                    p += 1
                 count = p - start
                 if count == 0 or count > 19 or (data[start] == 48 and count > 1):
                     good = False
                     break
-                value = 0
-                for i in range(start, p - 1):  # at most 18 digits: no overflow
-                    value = value * 10 + (data[i] - 48)
-                last = data[p - 1] - 48
-                # 19 digits: beyond 9223372036854775807, or 9223372036854775808 for a negative, is beyond int64
-                if count == 19 and (value > 922337203685477580
-                                    or (value == 922337203685477580 and last > 7 + negative)):
-                    good = False
-                    break
-                value = -(value * 10) - last if negative else value * 10 + last
+                if count == 19:
+                    value = 0
+                    for i in range(start, p - 1):  # 18 digits: no overflow
+                        value = value * 10 + (data[i] - 48)
+                    last = data[p - 1] - 48
+                    # beyond 9223372036854775807, or 9223372036854775808 for a negative, is beyond int64
+                    if value > 922337203685477580 or (value == 922337203685477580 and last > 7 + negative):
+                        good = False
+                        break
+                    value = -(value * 10) - last if negative else value * 10 + last
+                elif negative:
+                    value = -value
                 if value < lo[s] or value > hi[s]:
                     good = False
                     break
