@@ -101,6 +101,33 @@ def _timestamp_end(data, p, stop):  # type: ignore[no-untyped-def]
 
 
 @_inline
+def _two(data, p):  # type: ignore[no-untyped-def]
+    return (data[p] - 48) * 10 + (data[p + 1] - 48)
+
+
+@_inline
+def _timestamp_micros(data, p, end):  # type: ignore[no-untyped-def]
+    """Microseconds since 1970-01-01T00:00:00 of the valid time ``YYYY-MM-DDTHH:MM:SS[.f{1,6}]`` at p (ending at
+    end), in the proleptic Gregorian calendar (as pyarrow's cast reads it, year 0000 included)."""
+    year = _two(data, p) * 100 + _two(data, p + 2)
+    month = _two(data, p + 5)
+    day = _two(data, p + 8)
+    # Days from the civil date (H. Hinnant's algorithm; // floors, as the era of a year before 0 needs).
+    y = year - 1 if month <= 2 else year
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month - 3 if month > 2 else month + 9) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    seconds = ((days * 24 + _two(data, p + 11)) * 60 + _two(data, p + 14)) * 60 + _two(data, p + 17)
+    micros = 0
+    scale = 1000000
+    for i in range(p + 20, end):  # the fraction's digits, at most 6
+        scale //= 10
+        micros += (data[i] - 48) * scale
+    return seconds * 1000000 + micros
+
+
+@_inline
 def _literal_end(data, p, stop):  # type: ignore[no-untyped-def]
     """End of true, false or null at p, or -1."""
     if p + 4 <= stop and ((data[p] == 116 and data[p + 1] == 114 and data[p + 2] == 117 and data[p + 3] == 101)
@@ -115,8 +142,8 @@ def _literal_end(data, p, stop):  # type: ignore[no-untyped-def]
 @_jit
 def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  # type: ignore[no-untyped-def]
     """Check row ``r`` (``data[offsets[r]:offsets[r + 1]]``) against the template (fixed text ``fixed`` cut at
-    ``fixed_offsets``, slot kinds ``kinds``): ``ok[r]``; INT and BOOL values into ``ints[r]``, the text of the
-    other values (without quotes or a timestamp's Z) at ``spans[r, slot]``."""
+    ``fixed_offsets``, slot kinds ``kinds``): ``ok[r]``; INT, BOOL and TS (microseconds) values into ``ints[r]``,
+    the text of the other values (without quotes) at ``spans[r, slot]``."""
     n = offsets.shape[0] - 1
     slots = kinds.shape[0]
     for r in range(n):
@@ -204,8 +231,8 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                 if end >= stop or data[end] != 34:
                     good = False
                     break
-                spans[r, s, 0] = p + 1
-                spans[r, s, 1] = value_end
+                # With or without its Z, the reader gives the time as UTC (it reads an offset-less time as UTC).
+                ints[r, s] = _timestamp_micros(data, p + 1, value_end)
                 p = end + 1
             elif kind == BOOL:
                 end = _literal_end(data, p, stop)

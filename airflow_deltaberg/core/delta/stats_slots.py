@@ -9,7 +9,7 @@ INT = 0
 NUM = 1
 #: A JSON string without escapes.
 STR = 2
-#: A JSON string holding a valid time ``YYYY-MM-DDTHH:MM:SS[.ffffff][Z]``.
+#: A JSON string holding a valid time ``YYYY-MM-DDTHH:MM:SS[.ffffff][Z]``, read by the scan as microseconds.
 TS = 3
 #: true or false.
 BOOL = 4

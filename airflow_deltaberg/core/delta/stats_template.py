@@ -292,7 +292,7 @@ class _Program:
         return spans, ints, ok
 
     def columns(self, data: np.ndarray, spans: np.ndarray, ints: np.ndarray, rows: np.ndarray) -> list[pa.Array | None]:
-        text_slots = np.array([i for i, k in enumerate(self.kinds) if k in (NUM, STR, TS)], dtype=np.int64)
+        text_slots = np.array([i for i, k in enumerate(self.kinds) if k in (NUM, STR)], dtype=np.int64)
         buffer, value_offsets = kernels().gather(data, spans, rows.astype(np.int64), text_slots)
         arrow_buffer = pa.py_buffer(buffer)
         out: list[pa.Array | None] = []
@@ -302,19 +302,14 @@ class _Program:
                 out.append(None)
             elif slot.kind == INT:
                 out.append(pa.array(ints[rows, i]).cast(slot.type))
+            elif slot.kind == TS:
+                out.append(pa.array(ints[rows, i], slot.type))
             elif slot.kind == BOOL:
                 out.append(pa.array(ints[rows, i].astype(bool)))
             else:
                 offs = value_offsets[text_index[i]]
                 text = pa.Array.from_buffers(pa.string(), len(rows), [None, pa.py_buffer(offs), arrow_buffer])
-                if slot.kind == STR:
-                    out.append(text)
-                elif slot.kind == NUM:
-                    out.append(text.cast(slot.type))
-                else:
-                    # Cut without its "Z": the text read as a local time is the UTC time, which is what the reader
-                    # gives both with the Z and without (it reads an offset-less time as UTC).
-                    out.append(text.cast(pa.timestamp("us")).cast(slot.type))
+                out.append(text if slot.kind == STR else text.cast(slot.type))
         return out
 
 

@@ -261,3 +261,28 @@ def test_a_small_batch_loads_the_decoder_only_once_it_is_warmed_up(monkeypatch: 
     stats_template.warm_up()
     decoded = stats_template.decode(strings, parse_type)
     assert decoded is not None and len(decoded[1]) == len(strings)
+
+
+def test_times_anywhere_in_the_calendar_are_the_casts_microseconds() -> None:
+    """The scan reads a time as microseconds itself: every year from 0000 to 9999, the ends of months (leap years by
+    the 4/100/400 rule), fractions of 1 to 6 digits, with and without Z: the values of pyarrow's cast."""
+    import calendar
+
+    rng = random.Random(17)
+    texts = []
+    for _ in range(3000):
+        year = rng.choice([0, 1, 4, 100, 400, 1582, 1600, 1899, 1900, 1969, 1970, 2000, 2100, 9999,
+                           rng.randrange(0, 10000)])
+        month = rng.randrange(1, 13)
+        last = 29 if month == 2 and (year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)) else \
+            calendar.monthrange(2001, month)[1]
+        day = rng.choice([1, last, rng.randrange(1, last + 1)])
+        fraction = rng.choice(["", "." + "".join(str(rng.randrange(10)) for _ in range(rng.randrange(1, 7)))])
+        texts.append(f"{year:04d}-{month:02d}-{day:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:"
+                     f"{rng.randrange(60):02d}{fraction}" + rng.choice(["Z", ""]))
+    rows = pa.array([f'{{"numRecords":1,"minValues":{{"ts":"{t}"}}}}' for t in texts], pa.string())
+    decoded = stats_template.decode(rows, _json_parse_type(stats_type(SCHEMA)))
+    assert decoded is not None and len(decoded[1]) == len(texts)
+    got = decoded[0].field("minValues").field("ts").cast(pa.int64()).to_pylist()
+    expected = pa.array([t.rstrip("Z") for t in texts]).cast(pa.timestamp("us")).cast(pa.int64()).to_pylist()
+    assert got == expected
