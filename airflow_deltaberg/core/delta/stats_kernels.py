@@ -208,31 +208,25 @@ def scan(data, offsets, fixed, fixed_offsets, kinds, lo, hi, spans, ints, ok):  
                 spans[r, s, 0] = p
                 spans[r, s, 1] = end
                 p = end
-            elif kind == STR:
+            elif kind == STR or kind == TS:
                 if p >= stop or data[p] != 34:
                     good = False
                     break
-                end = _string_end(data, p + 1, stop)
-                if end < 0:
-                    good = False
-                    break
-                spans[r, s, 0] = p + 1
-                spans[r, s, 1] = end
-                p = end + 1
-            elif kind == TS:  # a time's characters need no escape: checked in place, then the closing quote
-                if p >= stop or data[p] != 34:
-                    good = False
-                    break
-                value_end = _timestamp_end(data, p + 1, stop)
-                if value_end < 0:
-                    good = False
-                    break
-                end = value_end + 1 if value_end < stop and data[value_end] == 90 else value_end
-                if end >= stop or data[end] != 34:
-                    good = False
-                    break
-                # With or without its Z, the reader gives the time as UTC (it reads an offset-less time as UTC).
-                ints[r, s] = _timestamp_micros(data, p + 1, value_end)
+                if kind == STR:
+                    end = _string_end(data, p + 1, stop)
+                    if end < 0:
+                        good = False
+                        break
+                    spans[r, s, 0] = p + 1
+                    spans[r, s, 1] = end
+                else:  # a time's characters need no escape: checked in place, then the closing quote
+                    value_end = _timestamp_end(data, p + 1, stop)
+                    end = value_end + 1 if value_end >= 0 and value_end < stop and data[value_end] == 90 else value_end
+                    if value_end < 0 or end >= stop or data[end] != 34:
+                        good = False
+                        break
+                    # With or without its Z, the reader gives the time as UTC (it reads an offset-less time as UTC).
+                    ints[r, s] = _timestamp_micros(data, p + 1, value_end)
                 p = end + 1
             elif kind == BOOL:
                 end = _literal_end(data, p, stop)
