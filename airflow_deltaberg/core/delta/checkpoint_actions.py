@@ -94,6 +94,18 @@ def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sid
     return pf
 
 
+def holds_struct_stats(storage: Storage, entry: FileEntry) -> bool:
+    """Whether a Parquet checkpoint part's add actions carry ``stats_parsed`` (``writeStatsAsStruct``): their stats
+    are then read without parsing JSON. False for a part whose schema cannot be read (its reader says why)."""
+    fs, path = storage.arrow_path(entry.key)
+    try:
+        add = pq.read_schema(path, filesystem=fs).field("add").type
+    except (KeyError, OSError, pa.ArrowException):
+        return False
+    index = add.get_field_index("stats_parsed") if pa.types.is_struct(add) else -1
+    return index >= 0 and pa.types.is_struct(add.field(index).type)
+
+
 def read_parquet_checkpoint_part(
     storage: Storage, table: str, version: int, entry: FileEntry, *, sidecar: bool = False,
     with_stats: bool = False,

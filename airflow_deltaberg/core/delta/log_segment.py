@@ -115,13 +115,6 @@ class LogSegment:
     def start_version(self) -> int:
         return self.checkpoint.version + 1 if self.checkpoint else 0
 
-    @property
-    def size(self) -> int:
-        """Bytes of the files replayed: the checkpoint's (its top-level files; not a v2 checkpoint's sidecars) and
-        the commits'."""
-        checkpoint = sum(f.size for f in self.checkpoint.files) if self.checkpoint else 0
-        return checkpoint + sum(entry.size for _, entry in self.commits)
-
 
 def read_last_checkpoint(storage: Storage, table: str) -> int | None:
     """The version that `_last_checkpoint` points at, or None when it is missing or malformed."""

@@ -50,8 +50,8 @@ MIN_ROWS = 8192
 #: off: ~45k files of 20 columns' stats (a full conversion of 20k such files took 0.5 s longer with the decoder).
 #: Until a caller warms the decoder up, only a batch this big loads it.
 WORTH_BYTES = 64 * 2**20
-#: A Delta log (checkpoint and commits) from which a full read warms the decoder up: a Parquet checkpoint holds its
-#: stats JSON in about half the text's bytes.
+#: Bytes of a Delta log's files with JSON stats (``DeltaTable.stats_text_bytes``) from which a full read warms the
+#: decoder up: a Parquet checkpoint holds its stats JSON in about half the text's bytes.
 WORTH_LOG_BYTES = WORTH_BYTES // 2
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata
+from airflow_deltaberg.core.delta.checkpoint_actions import holds_struct_stats
 from airflow_deltaberg.core.delta.commit_actions import read_json_actions
 from airflow_deltaberg.core.delta.log_segment import (
     LogListing,
@@ -83,9 +84,16 @@ class DeltaTable:
         """The newest committed version (lists the log from `_last_checkpoint` on when present)."""
         return build_log_segment(self.storage, self.location).version
 
-    def log_segment(self, version: int | None = None) -> LogSegment:
-        """The checkpoint and commits a snapshot at ``version`` (latest when None) replays (lists the log)."""
-        return build_log_segment(self.storage, self.location, version)
+    def stats_text_bytes(self, version: int | None = None) -> int:
+        """Bytes of the log files a snapshot at ``version`` (latest when None) reads whose stats are JSON text: the
+        commits, and the checkpoint unless its (first) part carries ``stats_parsed``; a v2 checkpoint's sidecars are
+        not counted. What parsing every file's stats costs, found by a listing and a footer."""
+        segment = build_log_segment(self.storage, self.location, version)
+        size = sum(entry.size for _, entry in segment.commits)
+        checkpoint = segment.checkpoint
+        if checkpoint is not None and (checkpoint.is_json or not holds_struct_stats(self.storage, checkpoint.files[0])):
+            size += sum(f.size for f in checkpoint.files)
+        return size
 
     def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
         """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest."""

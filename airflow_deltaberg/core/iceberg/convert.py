@@ -170,8 +170,8 @@ def convert(
                 # What it published stays: the full conversion builds on it.
                 tip, written = progress.tip, progress.snapshots_written
         if mode == "full":
-            if table.log_segment(target).size >= stats_template.WORTH_LOG_BYTES:
-                stats_template.warm_up()  # while the log loads: most of a log this big is stats to parse
+            if table.stats_text_bytes(target) >= stats_template.WORTH_LOG_BYTES:
+                stats_template.warm_up()  # while the log loads
             with large_buffer_pool():
                 snapshot = table.snapshot(target)
                 outside = files_outside_table(snapshot.state.adds, table.location).count

@@ -385,3 +385,19 @@ def test_partition_values_by_position_equal_the_lookup(seed: int) -> None:
     for part in (maps, maps.slice(start, rng.randint(1, len(maps) - start))):
         for key in ("a", "b", "c", "z"):
             assert partition_strings(part, key).equals(pc.map_lookup(part, key, "first")), (part, key)
+
+
+@pytest.mark.parametrize("configuration", [{}, STRUCT_ONLY, BOTH], ids=["json-stats", "struct-stats", "both"])
+def test_stats_text_bytes_count_the_json_a_full_read_parses(tmp_path: Path, configuration: dict[str, str]) -> None:
+    """The commits after the checkpoint always; the checkpoint only when its adds have no stats_parsed (the JSON is
+    then all a reader has); nothing before the checkpoint."""
+    root = deltalake_table(tmp_path / "t", configuration)
+    log = root / "_delta_log"
+    checkpoint = checkpoint_file(root)
+    version = int(checkpoint.name.split(".")[0])
+    commits = sum(f.stat().st_size for f in log.glob("*.json") if int(f.name.split(".")[0]) > version)
+    expected = commits + (0 if configuration else checkpoint.stat().st_size)
+    table = DeltaTable(str(root))
+    assert commits > 0 and table.stats_text_bytes() == expected
+    assert table.stats_text_bytes(version - 1) == sum(f.stat().st_size for f in log.glob("*.json")
+                                                      if int(f.name.split(".")[0]) < version)
