@@ -23,6 +23,10 @@ HARD_DEADLINE_S = 5 * CALL_TIMEOUT_S + 2 * ORACLE_TIMEOUT_S + 30
 CASES_PER_WORKER = 150
 
 
+class WorkerGone(Exception):
+    """The worker process exited between two cases."""
+
+
 def worker_main(conn: Any, fixtures_root: str, workdir: str, keep: bool) -> None:
     import faulthandler
     import logging
@@ -65,9 +69,15 @@ class _Worker:
         self.cases = 0
 
     def run(self, plan: CasePlan) -> tuple[CaseResult, bool]:
-        """The case's result, and whether this worker can take another case."""
+        """The case's result, and whether this worker can take another case. WorkerGone when the worker exited
+        after its last case, before this one was handed to it."""
         self.cases += 1
-        self.conn.send(plan.to_dict())
+        try:
+            self.conn.send(plan.to_dict())
+        except OSError as exc:  # BrokenPipeError: nothing of this case has run
+            self.process.join(5)
+            raise WorkerGone(f"the worker that ran the previous cases had exited with {self.process.exitcode}"
+                             f"{self._crash_stack()}") from exc
         phase = "start"
         mutation_args: Any = None
         end = time.monotonic() + HARD_DEADLINE_S
@@ -149,6 +159,7 @@ class FuzzPool:
         self._queue: queue.Queue[tuple[CasePlan, Future[CaseResult]] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._running: dict[str, _Worker] = {}  # by serving thread
 
     def submit(self, plans: list[CasePlan]) -> list[Future[CaseResult]]:
         futures = []
@@ -174,8 +185,15 @@ class FuzzPool:
                     continue
                 try:
                     if worker is None:
-                        worker = _Worker(self._ctx, self.fixtures_root, self.workdir, self.keep)
-                    result, reusable = worker.run(plan)
+                        worker = self._start_worker()
+                    try:
+                        result, reusable = worker.run(plan)
+                    except WorkerGone as gone:
+                        # Not this case's doing: it runs on a fresh worker, and the exit is reported for review.
+                        worker.stop(kill=True)
+                        worker = self._start_worker()
+                        result, reusable = worker.run(plan)
+                        result.findings.append(Finding("review", "worker-exited-between-cases", "harness", str(gone)))
                     if not reusable:
                         worker.stop(kill=result.status == "failed")
                         worker = None
@@ -188,6 +206,15 @@ class FuzzPool:
         finally:
             if worker is not None:
                 worker.stop()
+
+    def _start_worker(self) -> _Worker:
+        worker = _Worker(self._ctx, self.fixtures_root, self.workdir, self.keep)
+        self._running[threading.current_thread().name] = worker
+        return worker
+
+    def processes(self) -> list[Any]:
+        """The worker processes alive now."""
+        return [w.process for w in list(self._running.values()) if w.process.is_alive()]
 
     def close(self) -> None:
         if self._closed:
