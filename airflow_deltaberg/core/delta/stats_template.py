@@ -80,8 +80,10 @@ def decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.Struc
     what pyarrow's JSON reader gives for them), and their indices; None when there is no usable template."""
     if not NUMBA or len(strings) < MIN_ROWS:
         return None
-    if not _warming.is_set() and _text_bytes(strings) < WORTH_BYTES:
-        return None
+    if not _warming.is_set():
+        if _text_bytes(strings) < WORTH_BYTES:
+            return None
+        _warming.set()  # loaded for this batch: the next ones use it too
     if not _kernels_ready():
         return None
     return _decode(strings, parse_type)

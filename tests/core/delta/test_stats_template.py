@@ -255,12 +255,20 @@ def test_a_small_batch_loads_the_decoder_only_once_it_is_warmed_up(monkeypatch: 
     strings = pa.array([_row(rng, ["l", "d", "ts"], 0.0, ":") for _ in range(200)], pa.string())
     parse_type = _json_parse_type(stats_type(SCHEMA))
     assert stats_template.decode(strings, parse_type) is None
-    monkeypatch.setattr(stats_template, "WORTH_BYTES", len(strings.buffers()[2]) // 2)
-    assert stats_template.decode(strings, parse_type) is not None  # a batch this big pays for the start by itself
-    monkeypatch.setattr(stats_template, "WORTH_BYTES", 10**9)
     stats_template.warm_up()
     decoded = stats_template.decode(strings, parse_type)
     assert decoded is not None and len(decoded[1]) == len(strings)
+
+
+def test_a_batch_worth_the_start_loads_the_decoder_for_the_next_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stats_template, "_warming", threading.Event())
+    rng = random.Random(6)
+    strings = pa.array([_row(rng, ["l", "d", "ts"], 0.0, ":") for _ in range(200)], pa.string())
+    parse_type = _json_parse_type(stats_type(SCHEMA))
+    monkeypatch.setattr(stats_template, "WORTH_BYTES", len(strings.buffers()[2]) // 2)
+    assert stats_template.decode(strings, parse_type) is not None  # a batch this big pays for the start by itself
+    small = strings.slice(0, 20)
+    assert stats_template.decode(small, parse_type) is not None  # and the next, smaller ones use it too
 
 
 def test_times_anywhere_in_the_calendar_are_the_casts_microseconds() -> None:
