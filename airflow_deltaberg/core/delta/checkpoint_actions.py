@@ -102,8 +102,7 @@ def holds_struct_stats(storage: Storage, entry: FileEntry) -> bool:
         add = pq.read_schema(path, filesystem=fs).field("add").type
     except (KeyError, OSError, pa.ArrowException):
         return False
-    index = add.get_field_index("stats_parsed") if pa.types.is_struct(add) else -1
-    return index >= 0 and pa.types.is_struct(add.field(index).type)
+    return pa.types.is_struct(add) and _struct_stats_type(add) is not None
 
 
 def read_parquet_checkpoint_part(
@@ -230,12 +229,18 @@ def _sliced_batches(
         start = end
 
 
+def _struct_stats_type(add_type: pa.StructType) -> pa.StructType | None:
+    """The type of the adds' ``stats_parsed`` column when it is a struct (else the stats are JSON only)."""
+    index = add_type.get_field_index("stats_parsed")
+    found = add_type.field(index).type if index >= 0 else None
+    return found if found is not None and pa.types.is_struct(found) else None
+
+
 def _stats_parsed_columns(add_type: pa.StructType, target: pa.StructType) -> list[str]:
     """Parquet column paths of the ``add.stats_parsed`` fields that ``target`` wants."""
-    idx = add_type.get_field_index("stats_parsed")
-    if idx < 0 or not pa.types.is_struct(add_type.field(idx).type):
+    found = _struct_stats_type(add_type)
+    if found is None:
         return []
-    found = add_type.field(idx).type
     out = []
     for f in found:
         name = STATS_STRUCT_ALIASES.get(f.name, f.name)

@@ -65,6 +65,11 @@ def _string_end(data, p, stop):  # type: ignore[no-untyped-def]
 
 
 @_inline
+def _two(data, p):  # type: ignore[no-untyped-def]
+    return (data[p] - 48) * 10 + (data[p + 1] - 48)
+
+
+@_inline
 def _timestamp_end(data, p, stop):  # type: ignore[no-untyped-def]
     """End (before an optional Z) of a valid time ``YYYY-MM-DDTHH:MM:SS[.f{1,6}]`` at p, or -1."""
     if p + 19 > stop:
@@ -75,14 +80,14 @@ def _timestamp_end(data, p, stop):  # type: ignore[no-untyped-def]
     if not_digit or data[p + 4] != 45 or data[p + 7] != 45 or data[p + 10] != 84 or data[p + 13] != 58 \
             or data[p + 16] != 58:
         return -1
-    month = (data[p + 5] - 48) * 10 + (data[p + 6] - 48)
-    day = (data[p + 8] - 48) * 10 + (data[p + 9] - 48)
-    hour = (data[p + 11] - 48) * 10 + (data[p + 12] - 48)
+    month = _two(data, p + 5)
+    day = _two(data, p + 8)
+    hour = _two(data, p + 11)
     # minutes and seconds: a first digit of at most 5
     if month < 1 or month > 12 or day < 1 or hour > 23 or data[p + 14] > 53 or data[p + 17] > 53:
         return -1
     if day > 28:
-        year = ((data[p] - 48) * 10 + (data[p + 1] - 48)) * 100 + (data[p + 2] - 48) * 10 + (data[p + 3] - 48)
+        year = _two(data, p) * 100 + _two(data, p + 2)
         if month == 2:
             days = 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
         elif month == 4 or month == 6 or month == 9 or month == 11:
@@ -98,11 +103,6 @@ def _timestamp_end(data, p, stop):  # type: ignore[no-untyped-def]
         if p == frac or p - frac > 6:
             return -1
     return p
-
-
-@_inline
-def _two(data, p):  # type: ignore[no-untyped-def]
-    return (data[p] - 48) * 10 + (data[p + 1] - 48)
 
 
 @_inline

@@ -89,8 +89,13 @@ def decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.Struc
     return _decode(strings, parse_type)
 
 
+def _offsets(strings: pa.StringArray) -> np.ndarray:
+    """The string offsets of ``strings`` (its slice of the offsets buffer), into its data buffer."""
+    return np.frombuffer(strings.buffers()[1], dtype=np.int32, count=len(strings) + 1, offset=strings.offset * 4)
+
+
 def _text_bytes(strings: pa.StringArray) -> int:
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=len(strings) + 1, offset=strings.offset * 4)
+    offsets = _offsets(strings)
     return int(offsets[-1] - offsets[0])
 
 
@@ -98,11 +103,11 @@ def _decode(strings: pa.StringArray, parse_type: pa.StructType) -> tuple[pa.Stru
     template = template_of(strings[0].as_py(), parse_type)
     if template is None:
         return None
-    _, offset_buffer, data_buffer = strings.buffers()
+    data_buffer = strings.buffers()[2]
     if data_buffer is None:
         return None
     data = np.frombuffer(data_buffer, dtype=np.uint8)
-    offsets = np.frombuffer(offset_buffer, dtype=np.int32, count=len(strings) + 1, offset=strings.offset * 4)
+    offsets = _offsets(strings)
     program = _Program(template)
     probe = min(len(strings), _PROBE_ROWS)
     spans, ints, ok = program.scan(data, offsets[: probe + 1])
