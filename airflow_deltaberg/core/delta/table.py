@@ -82,26 +82,35 @@ class DeltaTable:
 
     def latest_version(self) -> int:
         """The newest committed version (lists the log from `_last_checkpoint` on when present)."""
-        return build_log_segment(self.storage, self.location).version
+        return self.log_segment().version
 
-    def stats_text_bytes(self, version: int | None = None) -> int:
-        """Bytes of the log files a snapshot at ``version`` (latest when None) reads whose stats are JSON text: the
-        commits, and the checkpoint unless its (first) part carries ``stats_parsed``; a v2 checkpoint's sidecars are
-        not counted. What parsing every file's stats costs, found by a listing and a footer."""
-        segment = build_log_segment(self.storage, self.location, version)
+    def log_segment(self, version: int | None = None) -> LogSegment:
+        """The log files a snapshot at ``version`` (latest when None) reads: one listing of the log."""
+        return build_log_segment(self.storage, self.location, version)
+
+    def stats_text_bytes(self, segment: LogSegment) -> int:
+        """Bytes of the files of ``segment`` whose stats are JSON text: the commits, and the checkpoint unless its
+        (first) part carries ``stats_parsed``; a v2 checkpoint's sidecars are not counted. What parsing every file's
+        stats costs, found from the listing and a footer."""
         size = sum(entry.size for _, entry in segment.commits)
         checkpoint = segment.checkpoint
         if checkpoint is not None and (checkpoint.is_json or not holds_struct_stats(self.storage, checkpoint.files[0])):
             size += sum(f.size for f in checkpoint.files)
         return size
 
-    def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
-        """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest."""
-        if timestamp_ms is not None:
-            if version is not None:
-                raise ValueError("give a version or a timestamp, not both")
-            version = self.version_at(timestamp_ms)
-        segment = build_log_segment(self.storage, self.location, version)
+    def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None,
+                 segment: LogSegment | None = None) -> Snapshot:
+        """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest; from ``segment``
+        when the caller listed the log already (``log_segment``)."""
+        if segment is not None:
+            if timestamp_ms is not None or (version is not None and version != segment.version):
+                raise ValueError(f"a snapshot from the log segment of version {segment.version} is of that version")
+        else:
+            if timestamp_ms is not None:
+                if version is not None:
+                    raise ValueError("give a version or a timestamp, not both")
+                version = self.version_at(timestamp_ms)
+            segment = self.log_segment(version)
         state = replay(self.storage, self.location, segment)
         check_readable(state.protocol, self.location, segment.version)
         timestamp = self._commit_timestamp(segment, state.metadata, state.commit_info)

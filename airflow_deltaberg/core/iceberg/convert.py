@@ -135,7 +135,9 @@ def convert(
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
     table.storage.check_folder(METADATA_DIR)  # a file in the way: refused before anything is written
-    target = table.latest_version() if version is None else version
+    # The latest version's log segment is the one a full conversion reads: the log is listed once.
+    segment = table.log_segment() if version is None else None
+    target = segment.version if segment is not None else version
     published = latest_metadata(table.storage)
     published_format = published.metadata.format_version if published else None
     wanted_format = format_version or published_format or 2
@@ -170,10 +172,11 @@ def convert(
                 # What it published stays: the full conversion builds on it.
                 tip, written = progress.tip, progress.snapshots_written
         if mode == "full":
-            if table.stats_text_bytes(target) >= stats_template.WORTH_LOG_BYTES:
+            segment = segment or table.log_segment(target)
+            if table.stats_text_bytes(segment) >= stats_template.WORTH_LOG_BYTES:
                 stats_template.warm_up()  # while the log loads
             with large_buffer_pool():
-                snapshot = table.snapshot(target)
+                snapshot = table.snapshot(segment=segment)
                 outside = files_outside_table(snapshot.state.adds, table.location).count
                 if verify_stats:
                     verify_snapshot_stats(table.storage, snapshot)

@@ -398,6 +398,6 @@ def test_stats_text_bytes_count_the_json_a_full_read_parses(tmp_path: Path, conf
     commits = sum(f.stat().st_size for f in log.glob("*.json") if int(f.name.split(".")[0]) > version)
     expected = commits + (0 if configuration else checkpoint.stat().st_size)
     table = DeltaTable(str(root))
-    assert commits > 0 and table.stats_text_bytes() == expected
-    assert table.stats_text_bytes(version - 1) == sum(f.stat().st_size for f in log.glob("*.json")
+    assert commits > 0 and table.stats_text_bytes(table.log_segment()) == expected
+    assert table.stats_text_bytes(table.log_segment(version - 1)) == sum(f.stat().st_size for f in log.glob("*.json")
                                                       if int(f.name.split(".")[0]) < version)

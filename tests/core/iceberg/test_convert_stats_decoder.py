@@ -17,6 +17,7 @@ import pytest
 
 from airflow_deltaberg.core.delta import stats, stats_template
 from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.storage import FileEntry, LocalStorage
 from tests.support.delta_log import write_commit
 from tests.support.manifests import assert_same_manifests, written_manifests
 
@@ -105,3 +106,22 @@ def test_numba_is_loaded_only_for_a_log_worth_it(tmp_path: Path, log_bytes: int 
     ])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.split() == [str(FILES), str(loaded)]
+
+
+@pytest.mark.parametrize("version", [None, 1], ids=["latest", "given-version"])
+def test_a_full_conversion_lists_the_log_once(tmp_path: Path, version: int | None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log segment that sizes the stats text is the one the snapshot replays (on an object store every listing
+    is a LIST request, and a _last_checkpoint GET before it)."""
+    table = _table(tmp_path / "t", checkpoint=True)
+    listed: list[str] = []
+    list_from = LocalStorage.list_from
+
+    def counting(self: LocalStorage, directory: str, start_after: str | None = None) -> list[FileEntry]:
+        listed.append(directory)
+        return list_from(self, directory, start_after)
+
+    monkeypatch.setattr(LocalStorage, "list_from", counting)
+    result = convert(str(table), full=True, version=version)
+    assert result.delta_version == 1 and result.files_added == FILES
+    assert listed.count("_delta_log") == 1, listed
