@@ -103,6 +103,8 @@ class DeltaTable:
         """The table at ``version``, or as of ``timestamp_ms`` (ms since epoch), or the latest; from ``segment``
         when the caller listed the log already (``log_segment``)."""
         if segment is not None:
+            if segment.table != self.location:
+                raise ValueError(f"the log segment is of {segment.table}, not of {self.location}")
             if timestamp_ms is not None or (version is not None and version != segment.version):
                 raise ValueError(f"a snapshot from the log segment of version {segment.version} is of that version")
         else:

@@ -401,3 +401,19 @@ def test_stats_text_bytes_count_the_json_a_full_read_parses(tmp_path: Path, conf
     assert commits > 0 and table.stats_text_bytes(table.log_segment()) == expected
     assert table.stats_text_bytes(table.log_segment(version - 1)) == sum(f.stat().st_size for f in log.glob("*.json")
                                                       if int(f.name.split(".")[0]) < version)
+
+
+def test_a_snapshot_from_a_given_log_segment(tmp_path: Path) -> None:
+    """The segment a caller listed already gives the same snapshot as a fresh listing; one of another version or
+    another table is refused."""
+    root = deltalake_table(tmp_path / "t", {})
+    other = deltalake_table(tmp_path / "u", {})
+    table = DeltaTable(str(root))
+    segment = table.log_segment()
+    given, listed = table.snapshot(segment=segment), table.snapshot()
+    assert given.version == listed.version == segment.version
+    assert given.state.adds.column("path").equals(listed.state.adds.column("path"))
+    with pytest.raises(ValueError, match="of that version"):
+        table.snapshot(segment.version - 1, segment=segment)
+    with pytest.raises(ValueError, match="not of"):
+        table.snapshot(segment=DeltaTable(str(other)).log_segment())
