@@ -19,17 +19,18 @@ from airflow_deltaberg.core.compat.model import (
     property_location,
 )
 from airflow_deltaberg.core.delta.schema import (
+    MAX_COLUMN_ID,
     ArrayType,
     DataType,
     MapType,
     PrimitiveType,
     StructField,
     StructType,
+    column_ids,
     nested_slots,
 )
 from airflow_deltaberg.core.errors import SchemaError
 
-MAX_COLUMN_ID = "delta.columnMapping.maxColumnId"
 V2_PRIMITIVES = frozenset(
     {"byte", "short", "integer", "long", "float", "double", "string", "binary", "boolean", "timestamp",
      "timestamp_ntz", "date"}
@@ -104,16 +105,10 @@ def unique_ids(ctx: CheckContext) -> Iterator[Finding]:
             seen[cid] = path
 
 
-def _all_ids(schema: StructType) -> list[int]:
-    ids = [f.column_mapping_id for _, f in schema.walk() if f.column_mapping_id is not None]
-    ids += [i for _, f in schema.walk() for i in f.nested_ids.values()]
-    return ids
-
-
 def max_column_id(ctx: CheckContext) -> Iterator[Finding]:
     if not _mapped(ctx):
         return
-    ids = _all_ids(ctx.schema)
+    ids = column_ids(ctx.schema)
     raw = ctx.config.get(MAX_COLUMN_ID)
     try:
         declared = int(raw) if raw is not None else None
@@ -138,7 +133,7 @@ def nested_ids_present(ctx: CheckContext) -> Iterator[Finding]:
 
 
 def nested_ids_unique(ctx: CheckContext) -> Iterator[Finding]:
-    column_ids = {f.column_mapping_id: p for p, f in ctx.schema.walk() if f.column_mapping_id is not None}
+    by_column_id = {f.column_mapping_id: p for p, f in ctx.schema.walk() if f.column_mapping_id is not None}
     seen: dict[int, str] = {}
     for path, f in ctx.schema.walk():
         for key, _ in nested_slots(f.type):
@@ -146,8 +141,8 @@ def nested_ids_unique(ctx: CheckContext) -> Iterator[Finding]:
             if nid is None:
                 continue
             where = ".".join(path) + key
-            if nid in column_ids:
-                yield Finding(f"nested id {nid} of {where} is also the column id of {'.'.join(column_ids[nid])}",
+            if nid in by_column_id:
+                yield Finding(f"nested id {nid} of {where} is also the column id of {'.'.join(by_column_id[nid])}",
                               column_location((*path, key.lstrip("."))))
             elif nid in seen:
                 yield Finding(f"nested id {nid} of {where} is also used by {seen[nid]}",

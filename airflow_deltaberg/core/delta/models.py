@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from airflow_deltaberg.core.delta.schema import PrimitiveType, StructType, check_column_mapping, parse_schema
+from airflow_deltaberg.core.delta.schema import (
+    MAX_COLUMN_ID,
+    PrimitiveType,
+    StructType,
+    check_column_mapping,
+    column_ids,
+    parse_schema,
+)
 
 # Features implied by legacy (pre-table-features) protocol versions.
 _LEGACY_WRITER_FEATURES = {
@@ -176,6 +183,18 @@ class Metadata:
                                  "a primitive type")
         if self.column_mapping_mode in ("id", "name"):
             check_column_mapping(schema)
+
+    def column_id_above_max(self) -> tuple[int, int] | None:
+        """Under column mapping, (the largest id, ``delta.columnMapping.maxColumnId``) when the schema uses an id
+        above the maximum the writers assigned; None otherwise, and when no integer maximum is declared."""
+        if self.column_mapping_mode not in ("id", "name"):
+            return None
+        try:
+            declared = int(self.configuration[MAX_COLUMN_ID])
+        except (KeyError, TypeError, ValueError):
+            return None
+        ids = column_ids(self.schema)
+        return (max(ids), declared) if ids and max(ids) > declared else None
 
     @property
     def column_mapping_mode(self) -> str:

@@ -296,6 +296,18 @@ def parse_schema(schema_string: str) -> StructType:
     return schema
 
 
+#: The table property holding the largest column mapping id a writer has assigned (protocol: Column Mapping).
+MAX_COLUMN_ID = "delta.columnMapping.maxColumnId"
+
+
+def column_ids(schema: StructType) -> list[int]:
+    """Every column mapping id of the schema, nested ids (of array elements, map keys and values) included: the ids
+    ``delta.columnMapping.maxColumnId`` covers."""
+    ids = [f.column_mapping_id for _, f in schema.walk() if f.column_mapping_id is not None]
+    ids += [i for _, f in schema.walk() for i in f.nested_ids.values()]
+    return ids
+
+
 def check_column_mapping(schema: StructType) -> None:
     """Raise SchemaError where a reader of a table with column mapping (mode id or name) could not tell two columns
     apart, as Delta's kernel refuses them ("Duplicate column mapping ID", "Duplicate physicalName"): two fields with

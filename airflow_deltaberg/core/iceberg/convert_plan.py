@@ -10,6 +10,8 @@ from typing import Any
 from pyiceberg.partitioning import PartitionSpec
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata
+from airflow_deltaberg.core.delta.schema import MAX_COLUMN_ID
+from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState
 from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
 from airflow_deltaberg.core.iceberg.partition import identity_spec
@@ -54,7 +56,16 @@ def _schema_and_spec(metadata: Metadata, table: str, tip: Tip,
 
 def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, delta_version: int, timestamp_ms: int,
                   storage_options: Mapping[str, Any] | None = None, format_version: int = 2) -> SnapshotPlan:
-    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip``."""
+    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip``.
+
+    Raises CorruptLogError when the schema uses a column mapping id above ``delta.columnMapping.maxColumnId``: an
+    id no writer assigned may not be the field id of the column in the data files, and Iceberg readers resolve
+    columns by field id (Delta readers in name mode, and some in id mode, by physical name: they would disagree)."""
+    above = metadata.column_id_above_max()
+    if above is not None:
+        raise CorruptLogError(f"the schema uses column mapping id {above[0]}, above {MAX_COLUMN_ID} {above[1]}: "
+                              "ids no writer assigned may not be the field ids of the data files",
+                              table=table.location, version=delta_version)
     converted, spec = _schema_and_spec(metadata, table.location, tip, format_version)
     prev = tip.published.metadata if tip.published else None
     schema, spec = with_table_ids(converted.schema, spec, prev, resets_history(tip, metadata))

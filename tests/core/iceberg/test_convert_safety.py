@@ -236,6 +236,42 @@ def test_a_commit_raising_the_protocol_beyond_this_reader_writes_nothing(full: b
     assert catalog_rows(tmp_path) == before_rows
 
 
+def _mapped_metadata(column_id: int, max_column_id: int) -> dict[str, Any]:
+    field = {"name": "id", "type": "long", "nullable": True,
+             "metadata": {"delta.columnMapping.id": column_id, "delta.columnMapping.physicalName": "col-a1"}}
+    return {"id": "00000000-0000-0000-0000-000000000301", "format": {"provider": "parquet", "options": {}},
+            "schemaString": json.dumps({"type": "struct", "fields": [field]}), "partitionColumns": [],
+            "configuration": {"delta.columnMapping.mode": "name",
+                              "delta.columnMapping.maxColumnId": str(max_column_id)},
+            "createdTime": 1_700_000_000_000}
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
+def test_a_column_mapping_id_above_max_column_id_writes_nothing(full: bool, tmp_path: Path) -> None:
+    """A metaData whose schema uses a column mapping id above delta.columnMapping.maxColumnId (found by the fuzz
+    suite: an id changed to 101 with the maximum at 3): no writer assigned that id, so it need not be the field id
+    of the column in the data files, which Iceberg readers resolve columns by. Refused, nothing written."""
+    path = tmp_path / "table"
+    (path / "_delta_log").mkdir(parents=True)
+    stats = json.dumps({"numRecords": 2, "minValues": {"col-a1": 1}, "maxValues": {"col-a1": 2},
+                        "nullCount": {"col-a1": 0}})
+    append_commit(path, [{"protocol": {"minReaderVersion": 2, "minWriterVersion": 5}},
+                         {"metaData": _mapped_metadata(1, 1)},
+                         {"add": {"path": "f-0.parquet", "partitionValues": {}, "size": 100,
+                                  "modificationTime": 1_700_000_000_000, "dataChange": True, "stats": stats}}],
+                  version=0)
+    first = run_convert(path, tmp_path)
+    assert first.files_added == 1
+    before = metadata_files(path)
+    version = append_commit(path, [{"metaData": _mapped_metadata(101, 3)}])
+    with pytest.raises(CorruptLogError) as info:
+        run_convert(path, tmp_path, full=full)
+    message = str(info.value)
+    assert f"version {version}" in message and "id 101" in message and "maxColumnId 3" in message, message
+    assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
+    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == first.metadata_location
+
+
 def test_an_unreadable_version_in_between_converts_the_latest_in_full(tmp_path: Path) -> None:
     """A metaData without schemaString that the next commit replaces (Delta Live Tables writes such commits): that
     version cannot be read on its own, so the run converts the latest version in full instead of one snapshot per
