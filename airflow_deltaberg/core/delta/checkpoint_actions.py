@@ -23,6 +23,7 @@ from airflow_deltaberg.core.delta.actions import (
 )
 from airflow_deltaberg.core.delta.checkpoint_schema import checkpoint_type_problem
 from airflow_deltaberg.core.delta.file_tables import ACTION_COLUMNS, FILE_CHANGES_SCHEMA, empty_file_changes
+from airflow_deltaberg.core.delta.footer_check import footer_problem
 from airflow_deltaberg.core.delta.stats import STATS_STRUCT_ALIASES, conform_stats
 from airflow_deltaberg.core.delta.utf8 import arrow_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError, StatsParseError
@@ -91,7 +92,28 @@ def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sid
     if problem is not None:
         raise CorruptLogError(f"the checkpoint's {problem}", table=table, version=version,
                               file=storage.uri(entry.key))
+    problem = _checked_footer_problem(storage.uri(entry.key), entry, pf.metadata)
+    if problem is not None:
+        raise CorruptLogError(f"the checkpoint file {problem}", table=table, version=version,
+                              file=storage.uri(entry.key))
     return pf
+
+
+#: Checkpoint parts whose footer ``footer_problem`` passed: a conversion opens a part several times.
+_FOOTERS_CHECKED: dict[tuple[str, int, int], None] = {}
+_FOOTERS_KEPT = 256
+
+
+def _checked_footer_problem(uri: str, entry: FileEntry, metadata: pq.FileMetaData) -> str | None:
+    key = (uri, entry.size, entry.mtime_ms)
+    if key in _FOOTERS_CHECKED:
+        return None
+    problem = footer_problem(metadata)
+    if problem is None:
+        if len(_FOOTERS_CHECKED) >= _FOOTERS_KEPT:
+            _FOOTERS_CHECKED.pop(next(iter(_FOOTERS_CHECKED)))
+        _FOOTERS_CHECKED[key] = None
+    return problem
 
 
 def holds_struct_stats(storage: Storage, entry: FileEntry) -> bool:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.delta.footer_check import footer_problem
 from airflow_deltaberg.core.delta.paths import is_absolute, resolve_relative
 from airflow_deltaberg.core.errors import (
     CorruptDataFileError,
@@ -88,6 +89,9 @@ def read_file_footer(storage: Storage, location: str, *, table: str, context: st
         with fs.open_input_file(path) as f:
             size = f.size()
             metadata = pq.ParquetFile(f).metadata
+        problem = footer_problem(metadata)
+        if problem is not None:
+            raise CorruptDataFileError(f"the data file {problem}", table=table, file=location)
         return FileFooter(table, location, metadata, size, fs, path)
 
 

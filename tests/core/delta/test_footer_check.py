@@ -1,0 +1,101 @@
+"""footer_check: Parquet footers pyarrow would abort the process on (size statistics that do not fit the schema)
+are refused with typed errors, for a checkpoint (CorruptLogError) and a data file (CorruptDataFileError).
+
+Found by the fuzz suite (seed 91127, case 7061): a checkpoint with flipped bytes whose level histogram had one entry
+too many made ``FileMetaData.row_group(g).column(i)`` end the process with SIGABRT."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import airflow_deltaberg.core.delta.footer_check as footer_check
+from airflow_deltaberg.core.delta.file_footer import read_file_footer
+from airflow_deltaberg.core.errors import CorruptDataFileError
+from airflow_deltaberg.core.storage import open_storage
+
+PROBE = "import sys, pyarrow.parquet as pq; m = pq.read_metadata(sys.argv[1]); " \
+        "[m.row_group(g).column(i) for g in range(m.num_row_groups) for i in range(m.num_columns)]"
+
+
+def _one_more_histogram_level(data: bytes) -> bytes:
+    """``data`` (a Parquet file) with one more level in the first definition level histogram of its footer."""
+    length = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - length:-8]
+    reserialized = pa.BufferOutputStream()
+    pq.read_metadata(io.BytesIO(data)).write_metadata_file(reserialized)
+    assert reserialized.getvalue().to_pybytes()[4:-8] == footer  # positions found in the one hold in the other
+    starts: list[int] = []
+    read_size_statistics = footer_check._size_statistics
+
+    def spy(reader: footer_check._Reader) -> tuple[int, int, bool]:
+        starts.append(reader.pos)
+        return read_size_statistics(reader)
+
+    footer_check._size_statistics = spy
+    try:
+        footer_check._file_problem(footer_check._Reader(footer), [(9, 9, "")] * 10_000)
+    finally:
+        footer_check._size_statistics = read_size_statistics
+    for start in starts:
+        reader = footer_check._Reader(footer)
+        reader.pos = start
+        for field_id, kind in reader.fields():
+            if field_id == 3 and kind == footer_check._LIST:
+                header = reader.pos
+                size, element = reader.list_header()
+                if not 0 < size < 14:
+                    break
+                for _ in range(size):
+                    reader.skip_element(element, 1)
+                patched = (footer[:header] + bytes([footer[header] + 0x10]) + footer[header + 1:reader.pos] + b"\x00"
+                           + footer[reader.pos:])
+                return data[:-8 - length] + patched + (length + 1).to_bytes(4, "little") + data[-4:]
+            reader.skip(kind)
+    raise AssertionError("no definition level histogram in the footer")
+
+
+def test_a_data_file_with_a_bad_histogram_is_a_typed_error(tmp_path: Path) -> None:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"x": pa.array([1, None, 3], pa.int64())}), sink)
+    damaged = tmp_path / "part-0.parquet"
+    damaged.write_bytes(_one_more_histogram_level(sink.getvalue()))
+    # What pyarrow does with it: the data read raises, the column chunk's metadata ends the process.
+    with pytest.raises(OSError, match="histogram size mismatch"):
+        pq.read_table(damaged)
+    probe = subprocess.run([sys.executable, "-c", PROBE, str(damaged)], capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0 and "histogram size mismatch" in probe.stderr
+    problem = footer_check.footer_problem(pq.read_metadata(damaged))
+    assert problem == ("has size statistics with a definition level histogram of 3 levels for a column of 2 "
+                       "(row group 0, column 0)")
+    with pytest.raises(CorruptDataFileError) as info:
+        read_file_footer(open_storage(str(tmp_path)), str(damaged), table=str(tmp_path))
+    assert "definition level histogram" in str(info.value) and "part-0.parquet" in str(info.value)
+    assert footer_check.footer_problem(pq.read_metadata(sink)) is None
+
+
+def test_a_checkpoint_with_a_bad_histogram_is_refused_by_convert(tmp_path: Path) -> None:
+    """The whole command in a process of its own (an abort would end this one): exit 2 with a CorruptLogError
+    naming the checkpoint, where it ended with SIGABRT."""
+    root = tmp_path / "t"
+    deltalake.write_deltalake(str(root), pa.table({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", None, "c"]}))
+    deltalake.write_deltalake(str(root), pa.table({"id": pa.array([4], pa.int64()), "s": ["d"]}), mode="append")
+    deltalake.DeltaTable(str(root)).create_checkpoint()
+    checkpoint = next((root / "_delta_log").glob("*.checkpoint.parquet"))
+    rewritten = io.BytesIO()
+    pq.write_table(pq.read_table(checkpoint), rewritten)  # pyarrow writes size statistics for every column
+    checkpoint.write_bytes(_one_more_histogram_level(rewritten.getvalue()))
+    probe = subprocess.run([sys.executable, "-c", PROBE, str(checkpoint)], capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0
+    run = subprocess.run([sys.executable, "-m", "airflow_deltaberg.cli", "convert", str(root), "--full"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    assert "CorruptLogError" in run.stderr and checkpoint.name in run.stderr and "histogram" in run.stderr
+    assert not (root / "_iceberg").exists() or not list((root / "_iceberg").rglob("*.metadata.json"))
