@@ -3,8 +3,9 @@
 pyarrow builds a column chunk's metadata (``FileMetaData.row_group(g).column(i)``, read for statistics) in C++ code
 whose exceptions its bindings do not turn into Python ones: a footer whose size statistics do not fit the schema
 (level histograms of another length than the column's levels, unencoded byte counts on a column that is not
-BYTE_ARRAY: apache/arrow#45283), a row group with fewer column chunks than the schema, or a chunk encrypted with a
-column key ends the process with ``terminate called after throwing parquet::ParquetException``. Reading the data
+BYTE_ARRAY: apache/arrow#45283), statistics whose min or max is shorter than a value of the column's fixed width,
+a row group with another number of column chunks than the schema, or a chunk encrypted with a column key ends the
+process with ``terminate called after throwing parquet::ParquetException``. Reading the data
 raises an OSError for the same footer. ``footer_problem`` walks the footer's Thrift (compact protocol) before
 anything asks pyarrow for a column chunk, so such a file is refused with a typed error naming it.
 """
@@ -12,6 +13,7 @@ anything asks pyarrow for a column chunk, so such a file is refused with a typed
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,6 +21,9 @@ import pyarrow.parquet as pq
 # Thrift compact protocol type codes.
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
 _BYTE_ARRAY = 6  # parquet Type.BYTE_ARRAY
+#: Bytes of one plain-encoded value of the fixed-width physical types (FIXED_LEN_BYTE_ARRAY: the column's length).
+_VALUE_BYTES = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+_STATISTICS_VALUES = {1: "max", 2: "min", 5: "max_value", 6: "min_value"}
 _MAX_DEPTH = 64
 
 
@@ -126,15 +131,28 @@ def footer_problem(metadata: pq.FileMetaData) -> str | None:
     data = sink.getvalue().to_pybytes()
     footer_length = int.from_bytes(data[-8:-4], "little")
     schema = metadata.schema
-    levels = [(schema.column(i).max_repetition_level, schema.column(i).max_definition_level,
-               schema.column(i).physical_type) for i in range(metadata.num_columns)]
+    levels = [_Column(schema.column(i).max_repetition_level, schema.column(i).max_definition_level,
+                      _value_bytes(schema.column(i))) for i in range(metadata.num_columns)]
     try:
         return _file_problem(_Reader(data[-8 - footer_length:-8]), levels)
     except _Malformed as exc:
         return f"has a footer that cannot be walked: {exc}"
 
 
-def _file_problem(reader: _Reader, levels: list[tuple[int, int, str]]) -> str | None:
+@dataclass(frozen=True)
+class _Column:
+    max_repetition: int
+    max_definition: int
+    value_bytes: int | None  # of one plain-encoded value; None: variable (BYTE_ARRAY)
+
+
+def _value_bytes(column: pq.ColumnSchema) -> int | None:
+    if column.physical_type == "FIXED_LEN_BYTE_ARRAY":
+        return int(column.length)
+    return _VALUE_BYTES.get(column.physical_type)
+
+
+def _file_problem(reader: _Reader, levels: list[_Column]) -> str | None:
     for field_id, kind in reader.fields():
         if field_id == 4 and kind == _LIST:  # row_groups
             size, _ = reader.list_header()
@@ -147,7 +165,7 @@ def _file_problem(reader: _Reader, levels: list[tuple[int, int, str]]) -> str | 
     return None
 
 
-def _row_group_problem(reader: _Reader, g: int, levels: list[tuple[int, int, str]]) -> str | None:
+def _row_group_problem(reader: _Reader, g: int, levels: list[_Column]) -> str | None:
     problem = None
     for field_id, kind in reader.fields():
         if field_id == 1 and kind == _LIST:  # columns
@@ -163,7 +181,7 @@ def _row_group_problem(reader: _Reader, g: int, levels: list[tuple[int, int, str
     return problem
 
 
-def _column_chunk_problem(reader: _Reader, level: tuple[int, int, str] | None) -> str | None:
+def _column_chunk_problem(reader: _Reader, level: _Column | None) -> str | None:
     problem = None
     for field_id, kind in reader.fields():
         if field_id == 8 and kind == _STRUCT:  # crypto_metadata
@@ -177,27 +195,44 @@ def _column_chunk_problem(reader: _Reader, level: tuple[int, int, str] | None) -
     return problem
 
 
-def _column_metadata_problem(reader: _Reader, level: tuple[int, int, str] | None) -> str | None:
+def _column_metadata_problem(reader: _Reader, column: _Column | None) -> str | None:
     problem = None
     physical_type = None
     size_stats: tuple[int, int, bool] | None = None
     for field_id, kind in reader.fields():
         if field_id == 1 and kind == _I32:
             physical_type = reader.zigzag()
+        elif field_id == 12 and kind == _STRUCT:  # statistics
+            found = _statistics_problem(reader, column)
+            problem = problem or found
         elif field_id == 16 and kind == _STRUCT:  # size_statistics
             size_stats = _size_statistics(reader)
         else:
             reader.skip(kind)
-    if size_stats is not None and level is not None:
+    if size_stats is not None and column is not None:
         repetition, definition, has_unencoded = size_stats
-        max_repetition, max_definition, _ = level
-        for name, length, max_level in (("repetition", repetition, max_repetition),
-                                        ("definition", definition, max_definition)):
+        for name, length, max_level in (("repetition", repetition, column.max_repetition),
+                                        ("definition", definition, column.max_definition)):
             if length and length != max_level + 1:
                 problem = problem or (f"size statistics with a {name} level histogram of {length} levels for a "
                                       f"column of {max_level + 1}")
         if has_unencoded and physical_type != _BYTE_ARRAY:
             problem = problem or "size statistics counting unencoded byte array bytes of a column that is not one"
+    return problem
+
+
+def _statistics_problem(reader: _Reader, column: _Column | None) -> str | None:
+    problem = None
+    for field_id, kind in reader.fields():
+        if field_id in _STATISTICS_VALUES and kind == _BINARY:
+            length = reader.varint()
+            reader.skip_bytes(length)
+            wanted = column.value_bytes if column is not None else None
+            if wanted is not None and length < wanted:
+                problem = problem or (f"statistics whose {_STATISTICS_VALUES[field_id]} has {length} bytes for "
+                                      f"values of {wanted}")
+        else:
+            reader.skip(kind)
     return problem
 
 

@@ -41,7 +41,7 @@ def _one_more_histogram_level(data: bytes) -> bytes:
 
     footer_check._size_statistics = spy
     try:
-        footer_check._file_problem(footer_check._Reader(footer), [(9, 9, "")] * 10_000)
+        footer_check._file_problem(footer_check._Reader(footer), [footer_check._Column(9, 9, None)] * 10_000)
     finally:
         footer_check._size_statistics = read_size_statistics
     for start in starts:
@@ -99,3 +99,25 @@ def test_a_checkpoint_with_a_bad_histogram_is_refused_by_convert(tmp_path: Path)
     assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
     assert "CorruptLogError" in run.stderr and checkpoint.name in run.stderr and "histogram" in run.stderr
     assert not (root / "_iceberg").exists() or not list((root / "_iceberg").rglob("*.metadata.json"))
+
+
+def test_statistics_shorter_than_a_value_are_a_typed_error(tmp_path: Path) -> None:
+    """A min of 7 bytes for an INT64 column: pyarrow's ``.statistics`` ends the process ("Unexpected end of
+    stream"); the footer check names it first."""
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"x": pa.array([1, None, 3], pa.int64())}), sink)
+    data = sink.getvalue()
+    length = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - length:-8]
+    one = (1).to_bytes(8, "little")
+    assert footer.count(b"\x08" + one) == 2  # the legacy min and min_value, each a length then 8 bytes
+    short = footer.replace(b"\x08" + one, b"\x07" + one[:7])
+    damaged = tmp_path / "part-0.parquet"
+    damaged.write_bytes(data[:-8 - length] + short + len(short).to_bytes(4, "little") + data[-4:])
+    probe = subprocess.run([sys.executable, "-c", PROBE.replace(".column(i)", ".column(i).statistics"),
+                            str(damaged)], capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0 and "Unexpected end of stream" in probe.stderr
+    assert footer_check.footer_problem(pq.read_metadata(damaged)) == (
+        "has statistics whose min has 7 bytes for values of 8 (row group 0, column 0)")
+    with pytest.raises(CorruptDataFileError, match="statistics whose min has 7 bytes"):
+        read_file_footer(open_storage(str(tmp_path)), str(damaged), table=str(tmp_path))
