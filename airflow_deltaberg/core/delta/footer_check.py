@@ -27,10 +27,6 @@ _STATISTICS_VALUES = {1: "max", 2: "min", 5: "max_value", 6: "min_value"}
 _MAX_DEPTH = 64
 
 
-class _Malformed(ValueError):
-    pass
-
-
 class _Reader:
     """A cursor over Thrift compact protocol bytes."""
 
@@ -40,7 +36,7 @@ class _Reader:
 
     def byte(self) -> int:
         if self.pos >= len(self.data):
-            raise _Malformed("the footer ends inside a value")
+            raise ValueError("the footer ends inside a value")
         b = self.data[self.pos]
         self.pos += 1
         return b
@@ -54,7 +50,7 @@ class _Reader:
                 return result
             shift += 7
             if shift > 70:
-                raise _Malformed("a varint runs past 10 bytes")
+                raise ValueError("a varint runs past 10 bytes")
 
     def zigzag(self) -> int:
         n = self.varint()
@@ -62,7 +58,7 @@ class _Reader:
 
     def skip_bytes(self, n: int) -> None:
         if n < 0 or self.pos + n > len(self.data):
-            raise _Malformed("a length runs past the footer")
+            raise ValueError("a length runs past the footer")
         self.pos += n
 
     def fields(self) -> Iterator[tuple[int, int]]:
@@ -87,7 +83,7 @@ class _Reader:
 
     def skip(self, kind: int, depth: int = 0) -> None:
         if depth > _MAX_DEPTH:
-            raise _Malformed("values nested too deep")
+            raise ValueError("values nested too deep")
         if kind in (_TRUE, _FALSE):
             return
         if kind == _BYTE:
@@ -113,7 +109,7 @@ class _Reader:
             for _, field_kind in self.fields():
                 self.skip(field_kind, depth + 1)
         else:
-            raise _Malformed(f"unknown Thrift type {kind}")
+            raise ValueError(f"unknown Thrift type {kind}")
 
     def skip_element(self, kind: int, depth: int) -> None:
         # In lists, sets and maps booleans take a byte of their own.
@@ -135,7 +131,7 @@ def footer_problem(metadata: pq.FileMetaData) -> str | None:
                       _value_bytes(schema.column(i))) for i in range(metadata.num_columns)]
     try:
         return _file_problem(_Reader(data[-8 - footer_length:-8]), levels)
-    except _Malformed as exc:
+    except ValueError as exc:  # the walk ran off the Thrift it expects
         return f"has a footer that cannot be walked: {exc}"
 
 

@@ -19,7 +19,7 @@ from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata, partition_columns_of
 from airflow_deltaberg.core.delta.checkpoint_actions import iter_checkpoint_stats, read_parquet_checkpoint_part
 from airflow_deltaberg.core.delta.commit_actions import read_json_actions
-from airflow_deltaberg.core.delta.file_tables import logical_keys
+from airflow_deltaberg.core.delta.file_tables import dv_unique_ids, logical_keys
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
@@ -285,6 +285,8 @@ def refuse_repeated_file_actions(files: pa.Table, table: str, source_file: Calla
     order = np.argsort(key, kind="stable")
     twice = np.flatnonzero(key[order][1:] == key[order][:-1])
     if not len(twice):
+        _refuse_add_and_remove_of_one_logical_file(files, repeated, versions, codes[repeated], is_add, table,
+                                                   source_file)
         return
     row = int(repeated[order[twice + 1]].min())
     version = files.column("version")[row].as_py()
@@ -293,6 +295,31 @@ def refuse_repeated_file_actions(files: pa.Table, table: str, source_file: Calla
         f"the commit holds two {kind} actions for the file {files.column('path')[row].as_py()!r}; a valid version "
         "holds at most one file action of each type for any path (the order of a commit's actions is undefined)",
         table=table, version=version, file=source_file(version),
+    )
+
+
+def _refuse_add_and_remove_of_one_logical_file(files: pa.Table, rows: np.ndarray, versions: np.ndarray,
+                                               paths: np.ndarray, is_add: np.ndarray, table: str,
+                                               source_file: Callable[[int], str]) -> None:
+    """Raise CorruptLogError for a commit that adds and removes one logical file, (path, deletion vector) (the
+    protocol, Delta Log Entries: "a single log entry MUST NOT include more than one action that reconciles with
+    each other: add / remove actions with the same (path, DV) tuple"): the actions of a commit have no order, so
+    whether the file is live is undefined (Delta on Spark keeps the one logged last, deltalake the remove).
+    ``rows`` are the rows of ``files`` whose path repeats, with their versions, path codes and types."""
+    dv_ids = pc.dictionary_encode(dv_unique_ids(_combined(files.column("deletionVector")).take(from_numpy(rows))))
+    dvs = to_numpy(dv_ids.indices).astype(np.int64)
+    order = np.lexsort((is_add, dvs, paths, versions))
+    same = ((versions[order][1:] == versions[order][:-1]) & (paths[order][1:] == paths[order][:-1])
+            & (dvs[order][1:] == dvs[order][:-1]))
+    both = np.flatnonzero(same & (is_add[order][1:] != is_add[order][:-1]))
+    if not len(both):
+        return
+    row = int(rows[order[both + 1]].min())
+    version = files.column("version")[row].as_py()
+    raise CorruptLogError(
+        f"the commit both adds and removes the file {files.column('path')[row].as_py()!r} (with the same deletion "
+        "vector); a log entry must not hold two actions that reconcile with each other, and a commit's actions have "
+        "no order", table=table, version=version, file=source_file(version),
     )
 
 
