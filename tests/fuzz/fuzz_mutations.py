@@ -1274,10 +1274,21 @@ def checkpoint_drop_column(ctx: FuzzContext) -> dict[str, Any]:
     """A checkpoint part rewritten without one column (top-level or nested), as a broken writer would."""
     path, table, dotted = _pick_parquet_field(ctx)
     schema = _replace_field(table.schema, dotted, None)
+    if "." in dotted and _field_type(schema, dotted.rsplit(".", 1)[0]).num_fields == 0:
+        # Parquet cannot hold a struct without fields (seed 112701 case 7805: partitionValues_parsed of one column).
+        raise NotApplicable(f"dropping {dotted} leaves its struct without fields")
     rows = table.to_pylist()
     _apply_to_rows(rows, dotted, lambda node, key: node.pop(key, None))
     _rewrite(path, pa.Table.from_pylist(rows, schema=schema))
     return {"file": ctx.rel(path), "column": dotted, "same_rows": row_neutral(dotted)}
+
+
+def _field_type(schema: pa.Schema, dotted: str) -> pa.DataType:
+    parts = dotted.split(".")
+    t = schema.field(parts[0]).type
+    for part in parts[1:]:
+        t = t.field(part).type
+    return t
 
 
 def _retyped(t: pa.DataType, rng: random.Random) -> tuple[pa.DataType, Callable[[Any], Any]]:
