@@ -23,6 +23,7 @@ from airflow_deltaberg.core.delta.file_tables import dv_unique_ids, logical_keys
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
+from airflow_deltaberg.core.delta.schema import changed_column_id
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -403,8 +404,14 @@ def _reconcile_other(
     txns: dict[str, Transaction] = {}
     domains: dict[str, DomainMetadata] = {}
     commit_info: dict[str, Any] | None = None
+    mapped: Metadata | None = None  # the last earlier metaData under column mapping that parses
     for version, name, body in actions:
         with _naming_the_action(storage, table, segment, version, name):
+            if name == "metaData":
+                current = _mapped_metadata(body)
+                refuse_changed_column_id(mapped, current, table=table, version=version,
+                                         file=_source_file(storage, segment, version))
+                mapped = current
             if name == "protocol" or name == "metaData":
                 in_force[name] = (version, body)
             elif name == "txn":
@@ -429,6 +436,38 @@ def _reconcile_other(
             metadata = Metadata.from_action(body)
             metadata.check()  # the schema parsed now, so that a bad schemaString names its file
     return protocol, metadata, txns, domains, commit_info
+
+
+def _mapped_metadata(body: dict[str, Any]) -> Metadata | None:
+    """The metaData ``body`` when it parses and has column mapping on; None otherwise (only the metaData in force
+    must parse: Delta Live Tables writes an incomplete one at version 0; turning column mapping off rewrites the
+    files with logical names)."""
+    try:
+        metadata = Metadata.from_action(body)
+        if metadata.column_mapping_mode not in ("id", "name"):
+            return None
+        metadata.schema  # noqa: B018 - parsed here: one that does not parse is left to the replay
+    except (KeyError, ValueError, TypeError):
+        return None
+    return metadata
+
+
+def refuse_changed_column_id(before: Metadata | None, after: Metadata | None, *, table: str, version: int,
+                             file: str | None) -> None:
+    """Raise CorruptLogError when ``after`` (the metaData of ``version``) gives a column another column mapping id
+    than ``before`` (an earlier metaData; either None or without column mapping: nothing to compare). Readers
+    resolving columns by id would read the column's earlier files as nulls, readers by physical name their values
+    (found by the fuzz suite)."""
+    if before is None or after is None or {before.column_mapping_mode, after.column_mapping_mode} - {"id", "name"}:
+        return
+    changed = changed_column_id(before.schema, after.schema)
+    if changed is not None:
+        path, old, new = changed
+        raise CorruptLogError(
+            f"the metaData changes the column mapping id of column {path!r} from {old} to {new}; a column's id is "
+            "fixed when it is added (data files written before carry the old one)",
+            table=table, version=version, file=file,
+        )
 
 
 @contextmanager

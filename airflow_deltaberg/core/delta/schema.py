@@ -308,6 +308,39 @@ def column_ids(schema: StructType) -> list[int]:
     return ids
 
 
+def changed_column_id(before: StructType, after: StructType) -> tuple[str, int, int] | None:
+    """A column of ``after`` whose column mapping id differs from the one the same physical column (its path of
+    physical names) has in ``before``: (its logical path, the id before, the id after); None when there is none.
+    A column's id is fixed when the column is added (protocol, Column Mapping): data files written before carry the
+    old one, and readers resolving columns by id would not find them."""
+    old = _ids_by_physical_path(before)
+    for physical, (path, cid) in _ids_by_physical_path(after).items():
+        previous = old.get(physical)
+        if previous is not None and previous[1] != cid:
+            return path, previous[1], cid
+    return None
+
+
+def _ids_by_physical_path(schema: StructType) -> dict[tuple[str, ...], tuple[str, int]]:
+    out: dict[tuple[str, ...], tuple[str, int]] = {}
+
+    def visit(t: DataType, physical: tuple[str, ...], logical: str) -> None:
+        if isinstance(t, StructType):
+            for f in t.fields:
+                path = f"{logical}.{f.name}" if logical else f.name
+                if f.column_mapping_id is not None:
+                    out[(*physical, f.physical_name)] = (path, f.column_mapping_id)
+                visit(f.type, (*physical, f.physical_name), path)
+        elif isinstance(t, ArrayType):
+            visit(t.element_type, (*physical, "element"), logical)
+        elif isinstance(t, MapType):
+            visit(t.key_type, (*physical, "key"), logical)
+            visit(t.value_type, (*physical, "value"), logical)
+
+    visit(schema, (), "")
+    return out
+
+
 def check_column_mapping(schema: StructType) -> None:
     """Raise SchemaError where a reader of a table with column mapping (mode id or name) could not tell two columns
     apart, as Delta's kernel refuses them ("Duplicate column mapping ID", "Duplicate physicalName"): two fields with

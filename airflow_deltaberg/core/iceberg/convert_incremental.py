@@ -15,6 +15,7 @@ from pyiceberg.table.snapshots import Operation
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.paths import files_outside_table
+from airflow_deltaberg.core.delta.replay import refuse_changed_column_id
 from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
@@ -226,6 +227,8 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
             if reason is not None:
                 # The snapshots of the commits before it are published: the full conversion goes on from them.
                 return Progress(tip, files_added, files_removed, written, outside, fall_back=reason)
+            refuse_changed_column_id(metadata, new_metadata, table=table.location, version=version,
+                                     file=commit_range.files.get(version))
             metadata = new_metadata
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))

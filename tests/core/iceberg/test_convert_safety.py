@@ -26,6 +26,7 @@ from support.oracle import Rows, delta_rows, open_sql_catalog, rows_of, sql_cata
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
 import airflow_deltaberg.core.iceberg.convert_commit as commit_module
+from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import (
     ConcurrentConversionError,
     CorruptLogError,
@@ -236,11 +237,15 @@ def test_a_commit_raising_the_protocol_beyond_this_reader_writes_nothing(full: b
     assert catalog_rows(tmp_path) == before_rows
 
 
-def _mapped_metadata(column_id: int, max_column_id: int) -> dict[str, Any]:
-    field = {"name": "id", "type": "long", "nullable": True,
-             "metadata": {"delta.columnMapping.id": column_id, "delta.columnMapping.physicalName": "col-a1"}}
+def _mapped_metadata(column_id: int, max_column_id: int, name: str = "id",
+                     extra: tuple[tuple[str, int, str], ...] = ()) -> dict[str, Any]:
+    """A name-mode metaData: column ``name`` (physical name col-a1) with ``column_id``, and ``extra`` columns
+    (name, id, physical name)."""
+    fields = [{"name": n, "type": "long", "nullable": True,
+               "metadata": {"delta.columnMapping.id": i, "delta.columnMapping.physicalName": p}}
+              for n, i, p in ((name, column_id, "col-a1"), *extra)]
     return {"id": "00000000-0000-0000-0000-000000000301", "format": {"provider": "parquet", "options": {}},
-            "schemaString": json.dumps({"type": "struct", "fields": [field]}), "partitionColumns": [],
+            "schemaString": json.dumps({"type": "struct", "fields": fields}), "partitionColumns": [],
             "configuration": {"delta.columnMapping.mode": "name",
                               "delta.columnMapping.maxColumnId": str(max_column_id)},
             "createdTime": 1_700_000_000_000}
@@ -249,9 +254,24 @@ def _mapped_metadata(column_id: int, max_column_id: int) -> dict[str, Any]:
 @pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
 def test_a_column_mapping_id_above_max_column_id_writes_nothing(full: bool, tmp_path: Path) -> None:
     """A metaData whose schema uses a column mapping id above delta.columnMapping.maxColumnId (found by the fuzz
-    suite: an id changed to 101 with the maximum at 3): no writer assigned that id, so it need not be the field id
-    of the column in the data files, which Iceberg readers resolve columns by. Refused, nothing written."""
+    suite: an id changed to 101 with the maximum at 3; here a column added with it): no writer assigned that id, so
+    it need not be the field id of the column in the data files, which Iceberg readers resolve columns by. Refused,
+    nothing written."""
     path = tmp_path / "table"
+    _mapped_table(path)
+    first = run_convert(path, tmp_path)
+    assert first.files_added == 1
+    before = metadata_files(path)
+    version = append_commit(path, [{"metaData": _mapped_metadata(1, 3, extra=(("more", 101, "col-b2"),))}])
+    with pytest.raises(CorruptLogError) as info:
+        run_convert(path, tmp_path, full=full)
+    message = str(info.value)
+    assert f"version {version}" in message and "id 101" in message and "maxColumnId 3" in message, message
+    assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
+    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == first.metadata_location
+
+
+def _mapped_table(path: Path) -> None:
     (path / "_delta_log").mkdir(parents=True)
     stats = json.dumps({"numRecords": 2, "minValues": {"col-a1": 1}, "maxValues": {"col-a1": 2},
                         "nullCount": {"col-a1": 0}})
@@ -260,16 +280,40 @@ def test_a_column_mapping_id_above_max_column_id_writes_nothing(full: bool, tmp_
                          {"add": {"path": "f-0.parquet", "partitionValues": {}, "size": 100,
                                   "modificationTime": 1_700_000_000_000, "dataChange": True, "stats": stats}}],
                   version=0)
-    first = run_convert(path, tmp_path)
-    assert first.files_added == 1
+
+
+@pytest.mark.parametrize("converted_first", [False, True], ids=["full", "incremental"])
+def test_a_metadata_changing_a_column_mapping_id_is_refused(converted_first: bool, tmp_path: Path) -> None:
+    """A column keeps its column mapping id for good (found by the fuzz suite, seed 3 case 2874: an id moved from 3
+    to 0 made Iceberg readers, by field id, read nulls where deltalake, by physical name, read values). Refused by
+    the snapshot, a full conversion and an incremental one, naming the version; nothing written."""
+    path = tmp_path / "table"
+    _mapped_table(path)
+    first = run_convert(path, tmp_path) if converted_first else None
     before = metadata_files(path)
-    version = append_commit(path, [{"metaData": _mapped_metadata(101, 3)}])
-    with pytest.raises(CorruptLogError) as info:
-        run_convert(path, tmp_path, full=full)
-    message = str(info.value)
-    assert f"version {version}" in message and "id 101" in message and "maxColumnId 3" in message, message
+    version = append_commit(path, [{"metaData": _mapped_metadata(0, 1)}])
+    with pytest.raises(CorruptLogError, match="changes the column mapping id of column 'id' from 1 to 0") as info:
+        run_convert(path, tmp_path)
+    assert info.value.version == version and info.value.file is not None
+    assert info.value.file.endswith(f"{version:020d}.json")
     assert metadata_files(path) == before, "a refused conversion wrote into metadata/"
-    assert open_sql_catalog(tmp_path, CATALOG_NAME).load_table(IDENTIFIER).metadata_location == first.metadata_location
+    if first is not None:
+        catalog = open_sql_catalog(tmp_path, CATALOG_NAME)
+        assert catalog.load_table(IDENTIFIER).metadata_location == first.metadata_location
+    with pytest.raises(CorruptLogError, match="from 1 to 0"):
+        DeltaTable(str(path)).snapshot()
+
+
+def test_renaming_and_adding_mapped_columns_still_converts(tmp_path: Path) -> None:
+    """What writers do keep converting: a rename keeps the physical name and the id, an added column gets a new
+    physical name and id."""
+    path = tmp_path / "table"
+    _mapped_table(path)
+    first = run_convert(path, tmp_path)
+    append_commit(path, [{"metaData": _mapped_metadata(1, 2, name="key", extra=(("more", 2, "col-b2"),))}])
+    result = run_convert(path, tmp_path)
+    assert result.mode == "incremental" and result.delta_version == first.delta_version + 1
+    assert DeltaTable(str(path)).snapshot().metadata.schema.field("key").column_mapping_id == 1
 
 
 def test_an_unreadable_version_in_between_converts_the_latest_in_full(tmp_path: Path) -> None:
