@@ -54,6 +54,25 @@ def _lookup_in_same_layout(maps: pa.MapArray, key: str) -> pa.Array | None:
     return items.take(pa.array(offsets[:-1] + position))
 
 
+def rows_without_key(partition_values: pa.Array | pa.ChunkedArray, physical_name: str) -> np.ndarray:
+    """Rows whose map (a file's partitionValues) does not hold ``physical_name`` at all (a null value held under
+    the key is a null partition value, not a missing one); a null map lacks every key."""
+    if isinstance(partition_values, pa.ChunkedArray):
+        partition_values = partition_values.combine_chunks()
+    if not len(partition_values) or _lookup_in_same_layout(partition_values, physical_name) is not None:
+        return np.zeros(0, np.int64)  # every map holds the key at one position
+    offsets = partition_values.offsets.to_numpy()
+    hits = np.zeros(int(offsets[-1]) + 1, np.int64)
+    keys = partition_values.keys
+    start = int(offsets[0])
+    equal = pc.equal(keys.slice(start, int(offsets[-1]) - start), physical_name).fill_null(False)
+    hits[start + 1:int(offsets[-1]) + 1] = np.cumsum(equal.to_numpy(zero_copy_only=False))
+    held = hits[offsets[1:]] - hits[offsets[:-1]]
+    if partition_values.null_count:
+        held[~np.asarray(partition_values.is_valid().to_numpy(zero_copy_only=False), bool)] = 0
+    return np.flatnonzero(held == 0)
+
+
 def serialize_partition_value(value: Any, t: PrimitiveType) -> str | None:
     """A partition value as the protocol's "Partition Value Serialization" writes it (None for null).
 

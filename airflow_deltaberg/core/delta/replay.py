@@ -22,6 +22,7 @@ from airflow_deltaberg.core.delta.commit_actions import read_json_actions
 from airflow_deltaberg.core.delta.file_tables import dv_unique_ids, logical_keys
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
+from airflow_deltaberg.core.delta.partition_codec import rows_without_key
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
 from airflow_deltaberg.core.delta.schema import changed_column_id
 from airflow_deltaberg.core.errors import CorruptLogError
@@ -193,6 +194,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
         removes = all_files.filter(pc.invert(is_add))
         scan = scan.of_rows(is_add_np)
     refuse_file_live_twice(adds, table, source_file, scan)
+    refuse_missing_partition_values(adds, metadata, table, source_file)
     add_index = None
     if checkpoint_stats is not None:
         # Which checkpoint add each live file is: the checkpoint rows are the first rows of all_files.
@@ -322,6 +324,27 @@ def _refuse_add_and_remove_of_one_logical_file(files: pa.Table, rows: np.ndarray
         "vector); a log entry must not hold two actions that reconcile with each other, and a commit's actions have "
         "no order", table=table, version=version, file=source_file(version),
     )
+
+
+def refuse_missing_partition_values(adds: pa.Table, metadata: Metadata, table: str,
+                                    source_file: Callable[[int], str]) -> None:
+    """Raise CorruptLogError for an add whose partitionValues lacks a partition column (protocol, Consistency
+    Between Table Metadata and Data Files: "values for all partition columns present in the schema MUST be present
+    for all files in the table"). Delta readers disagree on such a file (deltalake refuses the table, others read
+    the value as null), and an Iceberg table would say null where the file's rows hold a value (found by the fuzz
+    suite, seed 4 case 7027: a filter on the partition column pruned the file)."""
+    if not adds.num_rows or not metadata.partition_columns:
+        return
+    for name, physical in zip(metadata.partition_columns, metadata.physical_partition_columns, strict=True):
+        missing = rows_without_key(adds.column("partitionValues"), physical)
+        if len(missing):
+            row = int(missing[0])
+            version = adds.column("version")[row].as_py()
+            raise CorruptLogError(
+                f"the add of {adds.column('path')[row].as_py()!r} has no value for the partition column {name!r} in "
+                "its partitionValues; every file must give every partition column a value (null included)",
+                table=table, version=version, file=source_file(version),
+            )
 
 
 def refuse_file_live_twice(adds: pa.Table, table: str, source_file: Callable[[int], str],
