@@ -26,7 +26,6 @@ from airflow_deltaberg.core.delta.schema import (
     PrimitiveType,
     StructField,
     StructType,
-    column_ids,
     nested_slots,
 )
 from airflow_deltaberg.core.errors import SchemaError
@@ -108,7 +107,6 @@ def unique_ids(ctx: CheckContext) -> Iterator[Finding]:
 def max_column_id(ctx: CheckContext) -> Iterator[Finding]:
     if not _mapped(ctx):
         return
-    ids = column_ids(ctx.schema)
     raw = ctx.config.get(MAX_COLUMN_ID)
     try:
         declared = int(raw) if raw is not None else None
@@ -117,8 +115,10 @@ def max_column_id(ctx: CheckContext) -> Iterator[Finding]:
     if declared is None:
         yield Finding(f"{MAX_COLUMN_ID} is {'missing' if raw is None else repr(raw)}",
                       property_location(MAX_COLUMN_ID))
-    elif ids and max(ids) > declared:
-        yield Finding(f"{MAX_COLUMN_ID} is {declared} but the schema uses id {max(ids)}",
+        return
+    above = ctx.metadata.column_id_above_max()  # the check convert refuses on
+    if above is not None:
+        yield Finding(f"{MAX_COLUMN_ID} is {above[1]} but the schema uses id {above[0]}",
                       property_location(MAX_COLUMN_ID))
 
 

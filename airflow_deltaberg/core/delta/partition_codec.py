@@ -31,6 +31,17 @@ def _lookup_in_same_layout(maps: pa.MapArray, key: str) -> pa.Array | None:
     """``map_lookup(maps, key, "first")`` for maps that all hold ``key`` at the same position and nowhere before it
     (the files of one writer list the partition columns in one order), by position instead of a search in each
     map (~10x faster); None for other maps."""
+    position = _same_layout_position(maps, key)
+    if position is None:
+        return None
+    offsets = maps.offsets.to_numpy()
+    if offsets[1] - offsets[0] == 1:
+        return maps.items.slice(int(offsets[0]), len(maps))
+    return maps.items.take(pa.array(offsets[:-1] + position))
+
+
+def _same_layout_position(maps: pa.MapArray, key: str) -> int | None:
+    """The position of ``key`` in every map when all maps hold it there and nowhere before it; None otherwise."""
     if maps.null_count:
         return None
     offsets = maps.offsets.to_numpy()
@@ -38,9 +49,8 @@ def _lookup_in_same_layout(maps: pa.MapArray, key: str) -> pa.Array | None:
     width = int(counts[0])
     if width == 0 or (counts != width).any():
         return None
-    keys, items = maps.keys, maps.items
-    first = offsets[0]
-    leading = keys.slice(int(first), width).to_pylist()
+    keys = maps.keys
+    leading = keys.slice(int(offsets[0]), width).to_pylist()
     if key not in leading:
         return None
     position = leading.index(key)
@@ -49,9 +59,7 @@ def _lookup_in_same_layout(maps: pa.MapArray, key: str) -> pa.Array | None:
         at = keys.take(pa.array(offsets[:-1] + ahead))
         if not pc.all(pc.equal(at, leading[ahead])).as_py() or at.null_count:
             return None
-    if width == 1:
-        return items.slice(int(first), len(maps))
-    return items.take(pa.array(offsets[:-1] + position))
+    return position
 
 
 def rows_without_key(partition_values: pa.Array | pa.ChunkedArray, physical_name: str) -> np.ndarray:
@@ -59,7 +67,7 @@ def rows_without_key(partition_values: pa.Array | pa.ChunkedArray, physical_name
     the key is a null partition value, not a missing one); a null map lacks every key."""
     if isinstance(partition_values, pa.ChunkedArray):
         partition_values = partition_values.combine_chunks()
-    if not len(partition_values) or _lookup_in_same_layout(partition_values, physical_name) is not None:
+    if not len(partition_values) or _same_layout_position(partition_values, physical_name) is not None:
         return np.zeros(0, np.int64)  # every map holds the key at one position
     offsets = partition_values.offsets.to_numpy()
     hits = np.zeros(int(offsets[-1]) + 1, np.int64)
