@@ -30,6 +30,9 @@ from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPart
 from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
+#: What reading a damaged Parquet log file raises: a name in its footer that is not UTF-8 comes out of pyarrow as a
+#: UnicodeDecodeError (fuzz seed 5 case 3110).
+_UNREADABLE = (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError)
 _OTHER_KINDS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
 CHECKPOINT_BATCH_ROWS = 131_072
 # Rows of JSON stats parsed at once: their strings (about 1.4 KB each for 20 columns) are held two or three
@@ -85,7 +88,7 @@ def _open_part(storage: Storage, table: str, version: int, entry: FileEntry, sid
         kind = "sidecar" if sidecar else "checkpoint part"
         raise MissingCheckpointPartError(f"the {kind} is missing", table=table, version=version,
                                          file=storage.uri(entry.key)) from exc
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+    except _UNREADABLE as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     problem = checkpoint_type_problem(schema)
@@ -122,7 +125,7 @@ def holds_struct_stats(storage: Storage, entry: FileEntry) -> bool:
     fs, path = storage.arrow_path(entry.key)
     try:
         add = pq.read_schema(path, filesystem=fs).field("add").type
-    except (KeyError, OSError, pa.ArrowException):
+    except (KeyError, *_UNREADABLE):
         return False
     return pa.types.is_struct(add) and _struct_stats_type(add) is not None
 
@@ -164,7 +167,7 @@ def read_parquet_checkpoint_part(
                 of_path = "" if path is None else f" of {path}"
                 raise CorruptLogError(f"{ACTION_NOUNS[kind]} action{of_path} has no {name}", table=table,
                                       version=version, file=storage.uri(entry.key))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+    except _UNREADABLE as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     return ActionBatch(_concat_file_actions(pieces), other)
@@ -219,7 +222,7 @@ def iter_checkpoint_stats(
             # idle at its start and end.
             batches = read_ahead(_sliced_batches(storage, entry, pf, groups, columns, rows))
             yield from map_ahead(lambda batch: _batch_stats(batch, target, parse_json, where), batches)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+    except _UNREADABLE as exc:
         raise CorruptLogError(f"the checkpoint file cannot be read: {one_line(exc)}", table=table, version=version,
                               file=storage.uri(entry.key)) from exc
     except StatsParseError as exc:

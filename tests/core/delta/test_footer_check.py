@@ -121,3 +121,24 @@ def test_statistics_shorter_than_a_value_are_a_typed_error(tmp_path: Path) -> No
         "has statistics whose min has 7 bytes for values of 8 (row group 0, column 0)")
     with pytest.raises(CorruptDataFileError, match="statistics whose min has 7 bytes"):
         read_file_footer(open_storage(str(tmp_path)), str(damaged), table=str(tmp_path))
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate", "convert"])
+def test_a_checkpoint_column_name_that_is_not_utf8_is_a_typed_error(command: str, tmp_path: Path) -> None:
+    """Fuzz seed 5 case 3110: flipped footer bytes made a column name invalid UTF-8, and pyarrow's schema read
+    raised UnicodeDecodeError, which escaped untyped. Now a CorruptLogError naming the checkpoint (exit 2)."""
+    root = tmp_path / "t"
+    deltalake.write_deltalake(str(root), pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    deltalake.DeltaTable(str(root)).create_checkpoint()
+    checkpoint = next((root / "_delta_log").glob("*.checkpoint.parquet"))
+    data = checkpoint.read_bytes()
+    footer_start = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    name = data.index(b"minReaderVersion", footer_start)
+    checkpoint.write_bytes(data[:name + 3] + b"\xd2" + data[name + 4:])  # same length, no longer UTF-8
+    with pytest.raises(UnicodeDecodeError):
+        pq.ParquetFile(checkpoint).schema_arrow  # noqa: B018 (what the reader did before)
+    run = subprocess.run([sys.executable, "-m", "airflow_deltaberg.cli", command, str(root)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    assert "CorruptLogError" in run.stderr and checkpoint.name in run.stderr and "UnicodeDecodeError" not in run.stderr
+    assert not (root / "_iceberg").exists()
