@@ -33,6 +33,7 @@ from airflow_deltaberg.core.delta.file_tables import (
     STRING_MAP,
     empty_file_changes,
 )
+from airflow_deltaberg.core.delta.json_partition_keys import without_absent_keys
 from airflow_deltaberg.core.delta.utf8 import ndjson_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
@@ -242,7 +243,10 @@ def _parse_file_lines(
     missing = missing_required_field(result)
     if missing is not None:
         _raise_bad_line(storage, table, files, ValueError(f"an action without {missing[1]}"))
-    return result
+    index = result.schema.get_field_index("partitionValues")
+    values = result.column(index).combine_chunks()
+    written = without_absent_keys(values, to_numpy(result.column("is_add").combine_chunks()), payload)
+    return result if written is values else result.set_column(index, "partitionValues", written)
 
 
 def _strict_parse(

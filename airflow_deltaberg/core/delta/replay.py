@@ -78,6 +78,8 @@ class TableState:
     # for every checkpoint add, ``checkpoint_add_index`` says which one each row of ``adds`` is (-1: none).
     checkpoint_stats: CheckpointStats | None = None
     checkpoint_add_index: np.ndarray | None = None
+    # (version, log file) of the later of the protocol and metaData in force: where the table was last defined.
+    defined_in: tuple[int, str] | None = None
 
 
 def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> tuple[ActionBatch, CheckpointStats]:
@@ -160,7 +162,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     batches.append(read_json_actions(storage, table, list(segment.commits), partition_columns=known))
 
     other = [a for b in batches for a in b.other_actions]
-    protocol, metadata, txns, domains, commit_info = _reconcile_other(storage, table, other, segment)
+    protocol, metadata, txns, domains, commit_info, defined_in = _reconcile_other(storage, table, other, segment)
     if protocol is None or metadata is None:
         missing = "protocol" if protocol is None else "metaData"
         raise CorruptLogError(
@@ -208,7 +210,8 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             from_cp = add_rows < n_checkpoint_rows  # none when the checkpoint has no file actions
             add_index = np.full(len(add_rows), -1, dtype=np.int64)
             add_index[from_cp] = ordinal[add_rows[from_cp]]
-    return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index)
+    return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index,
+                      defined_in)
 
 
 def _newest_per_logical_file(files: pa.Table, n_reconciled: int,
@@ -340,9 +343,12 @@ def refuse_missing_partition_values(adds: pa.Table, metadata: Metadata, table: s
         if len(missing):
             row = int(missing[0])
             version = adds.column("version")[row].as_py()
+            logical = physical != name and not len(rows_without_key(adds.column("partitionValues").slice(row, 1), name))
             raise CorruptLogError(
                 f"the add of {adds.column('path')[row].as_py()!r} has no value for the partition column {name!r} in "
-                "its partitionValues; every file must give every partition column a value (null included)",
+                "its partitionValues; every file must give every partition column a value (null included)"
+                + (f"; it names the column by its logical name, not by its physical name {physical!r} as column "
+                   f"mapping ({metadata.column_mapping_mode!r}) wants" if logical else ""),
                 table=table, version=version, file=source_file(version),
             )
 
@@ -418,7 +424,8 @@ def _source_file(storage: Storage, segment: LogSegment, version: int) -> str:
 def _reconcile_other(
     storage: Storage, table: str, actions: list[tuple[int, str, dict[str, Any]]], segment: LogSegment
 ) -> tuple[
-    Protocol | None, Metadata | None, dict[str, Transaction], dict[str, DomainMetadata], dict[str, Any] | None
+    Protocol | None, Metadata | None, dict[str, Transaction], dict[str, DomainMetadata], dict[str, Any] | None,
+    tuple[int, str] | None,
 ]:
     check_one_protocol_and_metadata(actions, table, lambda version: _source_file(storage, segment, version))
     # Only the protocol and metaData in force (the last ones) are read: an earlier one may be incomplete, as
@@ -458,7 +465,35 @@ def _reconcile_other(
         with _naming_the_action(storage, table, segment, version, "metaData"):
             metadata = Metadata.from_action(body)
             metadata.check()  # the schema parsed now, so that a bad schemaString names its file
-    return protocol, metadata, txns, domains, commit_info
+    defined_in = None
+    if in_force:
+        version = max(version for version, _ in in_force.values())
+        defined_in = (version, _source_file(storage, segment, version))
+    return protocol, metadata, txns, domains, commit_info, defined_in
+
+
+def refuse_unsupported_column_mapping(protocol: Protocol, metadata: Metadata, *, table: str, version: int,
+                                      file: str | None) -> None:
+    """Raise CorruptLogError when ``metadata`` sets a column mapping mode that ``protocol`` does not support.
+
+    The protocol says to honour delta.columnMapping.mode only on reader version 2, or 3 with the columnMapping
+    feature (Column Mapping). Readers part ways on such a table (delta-kernel reads its files by logical names,
+    Delta on Spark refuses it as a protocol/metadata mismatch), and deltalake 1.6 writes one when a table with
+    column mapping gets a timestamp without time zone. Converting it either way could give another table than some
+    Delta reader does, so a conversion refuses it (validate reports it: protocol.reader-version)."""
+    mode = metadata.column_mapping_mode
+    if mode in ("id", "name") and "columnMapping" not in protocol.effective_reader_features:
+        raise CorruptLogError(
+            f"delta.columnMapping.mode is {mode!r} but the protocol (reader version {protocol.min_reader_version}"
+            f"{_listed(protocol.reader_features)}) does not support the columnMapping feature; the protocol says the "
+            "property is then not honoured, and Delta readers disagree on such a table (delta-kernel reads the files "
+            "by logical names, Delta on Spark refuses the table)",
+            table=table, version=version, file=file,
+        )
+
+
+def _listed(features: frozenset[str] | None) -> str:
+    return "" if features is None else f", reader features {', '.join(sorted(features)) or 'none'}"
 
 
 def _mapped_metadata(body: dict[str, Any]) -> Metadata | None:

@@ -63,6 +63,11 @@ class Snapshot:
         return self.state.metadata
 
     @property
+    def defined_in(self) -> tuple[int, str] | None:
+        """(version, log file) of the later of the protocol and metaData in force."""
+        return self.state.defined_in
+
+    @property
     def schema(self) -> StructType:
         return self.state.metadata.schema
 

@@ -14,8 +14,13 @@ from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.models import Protocol
 from airflow_deltaberg.core.delta.paths import files_outside_table
-from airflow_deltaberg.core.delta.replay import refuse_changed_column_id
+from airflow_deltaberg.core.delta.replay import (
+    refuse_changed_column_id,
+    refuse_missing_partition_values,
+    refuse_unsupported_column_mapping,
+)
 from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
@@ -215,6 +220,8 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
         # A version in between whose metaData a later commit replaces cannot be read (nor converted on its own);
         # the target version still can be, in full.
         return Progress(tip, fall_back=f"a version after {start - 1} cannot be read on its own ({exc})")
+    protocols = {version: Protocol.from_action(body) for version, name, body in actions.other_actions
+                 if name == "protocol"}  # parsed and checked by table.commits already
     files_added = files_removed = written = outside = 0
     for version in range(start, target_version + 1):
         if version in metadata_by_version:
@@ -230,9 +237,13 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
             refuse_changed_column_id(metadata, new_metadata, table=table.location, version=version,
                                      file=commit_range.files.get(version))
             metadata = new_metadata
+        if version in protocols:
+            refuse_unsupported_column_mapping(protocols[version], metadata, table=table.location, version=version,
+                                              file=commit_range.files.get(version))
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
+        refuse_missing_partition_values(adds, metadata, table.location, commit_range.files.__getitem__)
         outside += files_outside_table(adds, table.location).count
         plan = plan_snapshot(table, tip, metadata, version, commit_range.timestamps[version], storage_options,
                              format_version)

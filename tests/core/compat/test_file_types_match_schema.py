@@ -108,6 +108,10 @@ def test_deltalake_files_match_their_schema(mapping: str | None, tmp_path: Path)
         "st": pa.array([{"x": 1, "when": dt.date(2024, 1, 1)}, None], inner),
         "part": pa.array(["a", "b"]),
     })
+    if mapping:
+        # deltalake 1.6.6 leaves columnMapping out of the protocol when a timestamp without time zone makes it list
+        # features, and then writes the files unmapped (tests/core/iceberg/test_column_mapping_protocol.py).
+        data = data.drop_columns(["ntz"])
     path = tmp_path / "t"
     configuration = {"delta.columnMapping.mode": mapping} if mapping else None
     write_deltalake(str(path), data, partition_by=["part"], configuration=configuration)
