@@ -29,7 +29,7 @@ from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_ca
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, read_state
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
 from airflow_deltaberg.core.iceberg.convert_incremental import convert_incremental
-from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot
+from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, schema_and_spec
 from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files, expire_snapshots
 from airflow_deltaberg.core.iceberg.file_manifests import ManifestEngine, in_process, write_snapshot_manifests
 from airflow_deltaberg.core.iceberg.manifest import FORMAT_VERSIONS
@@ -183,7 +183,8 @@ def convert(
                 snapshot = table.snapshot(segment=segment)
                 outside = files_outside_table(snapshot.state.adds, table.location).count
                 if verify_stats:
-                    verify_snapshot_stats(table.storage, snapshot)
+                    converted, _ = schema_and_spec(snapshot.metadata, table.location, tip, wanted_format)
+                    verify_snapshot_stats(table.storage, snapshot, converted.name_mapping)
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,

@@ -31,7 +31,7 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
     write_manifest_record,
 )
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
-from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot
+from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, schema_and_spec
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.deletion_vector_files import deletion_vector_key
 from airflow_deltaberg.core.iceberg.file_manifests import (
@@ -213,7 +213,8 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
     actions = commit_range.actions
     metadata = tip.state.delta_metadata
     if verify_stats:
-        verify_commit_stats(table.storage, table.location, actions, metadata, start, target_version)
+        verify_commit_stats(table.storage, table.location, actions, metadata, start, target_version,
+                            lambda m: schema_and_spec(m, table.location, tip, format_version)[0].name_mapping)
     try:
         metadata_by_version = commit_range.metadata_changes()
     except CorruptLogError as exc:

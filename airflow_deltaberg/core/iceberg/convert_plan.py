@@ -42,8 +42,9 @@ class Tip:
         return dict(snap.summary.additional_properties) if snap and snap.summary else {}
 
 
-def _schema_and_spec(metadata: Metadata, table: str, tip: Tip,
-                     format_version: int = 2) -> tuple[ConvertedSchema, PartitionSpec]:
+def schema_and_spec(metadata: Metadata, table: str, tip: Tip,
+                    format_version: int = 2) -> tuple[ConvertedSchema, PartitionSpec]:
+    """The Iceberg schema (with its name mapping) and partition spec of ``metadata`` on top of ``tip``."""
     prev = tip.published.metadata if tip.published else None
     converted = convert_schema(
         metadata.schema, metadata.column_mapping_mode, table=table,
@@ -66,7 +67,7 @@ def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, delta_version
         raise CorruptLogError(f"the schema uses column mapping id {above[0]}, above {MAX_COLUMN_ID} {above[1]}: "
                               "ids no writer assigned may not be the field ids of the data files",
                               table=table.location, version=delta_version)
-    converted, spec = _schema_and_spec(metadata, table.location, tip, format_version)
+    converted, spec = schema_and_spec(metadata, table.location, tip, format_version)
     prev = tip.published.metadata if tip.published else None
     schema, spec = with_table_ids(converted.schema, spec, prev, resets_history(tip, metadata))
     converted = replace(converted, schema=schema)

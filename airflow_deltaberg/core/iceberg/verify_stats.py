@@ -1,7 +1,8 @@
 """``convert(verify_stats=True)``: the add action of every file a conversion lists, checked against the file
 before anything is written: its stats against the file's data (``core.delta.footer_stats``: the footer's
 statistics, or the column's values where the footer has none), its size against the file's size, and the
-schema's types against the file's columns (``core.delta.file_types``). A file that does not match stops the
+schema's types against the file's columns (``core.delta.file_types``), and its field ids against the converted
+schema (``file_field_ids``). A file that does not match stops the
 conversion with StatsMismatchError: converted, its Iceberg bounds would make readers skip rows, its size or its
 types would make them fail. The checks are the ones ``validate --data-checks`` makes (data.stats-cover-data,
 data.file-types-match-schema), on every file instead of a sample.
@@ -12,12 +13,13 @@ the values of the columns whose footer statistics are missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.table.name_mapping import NameMapping
 
 from airflow_deltaberg.core.delta import Snapshot
 from airflow_deltaberg.core.delta.actions import ActionBatch
@@ -33,6 +35,7 @@ from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError, StatsParseError
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
+from airflow_deltaberg.core.iceberg.file_field_ids import field_id_conflicts
 from airflow_deltaberg.core.iceberg.file_manifests import with_parsed_stats
 from airflow_deltaberg.core.storage import Storage
 
@@ -41,15 +44,17 @@ SLICE_ROWS = 4096
 READERS = 8
 
 
-def verify_snapshot_stats(storage: Storage, snapshot: Snapshot) -> None:
-    """Check every live file of ``snapshot`` (a full conversion)."""
-    verify_file_stats(storage, snapshot.files, snapshot.metadata, snapshot.table)
+def verify_snapshot_stats(storage: Storage, snapshot: Snapshot, mapping: NameMapping | None = None) -> None:
+    """Check every live file of ``snapshot`` (a full conversion); with ``mapping`` (the converted schema's name
+    mapping), also that the files' field ids give the columns their names do."""
+    verify_file_stats(storage, snapshot.files, snapshot.metadata, snapshot.table, mapping)
 
 
 def verify_commit_stats(storage: Storage, table: str, actions: ActionBatch, metadata: Metadata, start: int,
-                        end: int) -> None:
+                        end: int, mapping_of: Callable[[Metadata], NameMapping] | None = None) -> None:
     """Check the files added by commits ``start``..``end`` (an incremental conversion), each commit's with the
-    metadata in force at its version (``metadata`` is the one before ``start``)."""
+    metadata in force at its version (``metadata`` is the one before ``start``) and, with ``mapping_of``, the name
+    mapping of the schema converted from it."""
     changes = {v: body for v, name, body in actions.other_actions if name == "metaData"}
     file_actions = actions.file_actions
     for version in range(start, end + 1):
@@ -64,13 +69,15 @@ def verify_commit_stats(storage: Storage, table: str, actions: ActionBatch, meta
         except StatsParseError as exc:
             raise CorruptLogError(exc.describe(), table=table, version=version,
                                   file=storage.uri(commit_key(version))) from exc
-        verify_file_stats(storage, rows, metadata, table)
+        verify_file_stats(storage, rows, metadata, table, mapping_of(metadata) if mapping_of else None)
 
 
-def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, table: str) -> None:
+def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, table: str,
+                      mapping: NameMapping | None = None) -> None:
     """Check ``files`` (path, size, stats_parsed, version, deletionVector when there) against the files: raise
     StatsMismatchError naming the first file whose add action does not match it (stats that do not cover its
-    data, a size that is not its size), and how many more there are in the slice of files read with it."""
+    data, a size that is not its size, field ids that ``mapping`` resolves to other columns), and how many more
+    there are in the slice of files read with it."""
     mode, partition_columns = metadata.column_mapping_mode, metadata.partition_columns
     columns = stats_columns(metadata.schema, mode, partition_columns)
     prefix = string_prefix_length(metadata.configuration)
@@ -81,6 +88,8 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
         wrong_size = size_mismatch(row.get("size"), footer)
         problems = type_mismatches(metadata.schema, mode, partition_columns, footer.metadata)
         problems += [wrong_size] if wrong_size else []
+        if mapping is not None:
+            problems += field_id_conflicts(footer.schema.to_arrow_schema(), mapping)
         return problems + stats_mismatches(
             row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
             has_deletion_vector=row.get("deletionVector") is not None, read_columns=footer.read_columns)
@@ -96,8 +105,8 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
                 raise StatsMismatchError(
                     f"the add action of data file {locations[i]} does not match the file: "
                     f"{'; '.join(problems[:3])}{more}. Delta readers, and Iceberg readers of this conversion, "
-                    "would skip its rows or fail to read it: recompute its stats and size, or rewrite it with the "
-                    "schema's types; nothing was converted",
+                    "would skip its rows, read other columns or fail to read it: recompute its stats and size, or "
+                    "rewrite it with the schema's types and ids; nothing was converted",
                     table=table, version=rows[i].get("version"), file=locations[i])
 
 
