@@ -7,6 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+#: The Arrow field metadata key under which pyarrow reads and writes a Parquet column's field id.
+FIELD_ID = b"PARQUET:field_id"
+
 _TYPES = {
     np.dtype(np.int8): pa.int8(),
     np.dtype(np.int16): pa.int16(),

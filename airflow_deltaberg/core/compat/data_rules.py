@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, V3, WV1, CheckContext, Finding, Location, Rule
 from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.file_types import type_mismatches
@@ -18,7 +19,6 @@ from airflow_deltaberg.core.delta.footer_stats import (
 )
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
 
-FIELD_ID = b"PARQUET:field_id"
 # Columns Delta itself writes into data files, without a column mapping id: the change type of change data
 # feed (data files of UPDATE/MERGE may carry it, readers drop it) and the row tracking columns named by
 # these properties.

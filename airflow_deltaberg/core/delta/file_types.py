@@ -36,10 +36,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
 from airflow_deltaberg.core.errors import SchemaError
 
-FIELD_ID = b"PARQUET:field_id"
 TYPE_CHANGES = "delta.typeChanges"
 _NOT_JUDGED = ("variant", "void", "geometry", "geography")
 _INT32_TYPES = {"byte": 8, "short": 16, "integer": 32}

@@ -45,10 +45,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.delta.file_types import logical_type
 from airflow_deltaberg.core.delta.schema import PrimitiveType, StructField, StructType
 
-FIELD_ID = b"PARQUET:field_id"
 #: Delta's tie-breaker after a cut string maximum: U+007F (Delta on Spark 4.x), U+FFFD (earlier versions); U+FFFF
 #: and U+10FFFF by other writers.
 TIE_BREAKERS = "\x7f\ufffd\uffff\U0010ffff"

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 
+from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.iceberg.schema import CHANGE_TYPE_FIELD_ID
 
-FIELD_ID = b"PARQUET:field_id"
 #: Field ids from Integer.MAX_VALUE - 200 up are reserved (spec: Reserved Field IDs); the name mapping gives the first
 #: to the change data feed's ``_change_type``, a file column readers project away.
 RESERVED_IDS_START = CHANGE_TYPE_FIELD_ID

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vectors
 from airflow_deltaberg.core.delta.file_tables import dv_unique_id
 from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
@@ -32,8 +33,8 @@ FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
 POSITION_DELETE_SCHEMA = pa.schema(
     [
-        pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
-        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
+        pa.field("file_path", pa.string(), nullable=False, metadata={FIELD_ID: str(FILE_PATH_ID).encode()}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={FIELD_ID: str(POS_ID).encode()}),
     ]
 )
 #: Part of every delete file's name: change it when the written content changes, so no old file is reused.

@@ -15,9 +15,10 @@ from pyiceberg.table import StaticTable
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 from support.delta_log import commit_file, edit_commit, read_actions
 
+from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.errors import StatsMismatchError
 from airflow_deltaberg.core.iceberg.convert import convert
-from airflow_deltaberg.core.iceberg.file_field_ids import FIELD_ID, field_id_conflicts
+from airflow_deltaberg.core.iceberg.file_field_ids import field_id_conflicts
 from airflow_deltaberg.core.iceberg.schema import CHANGE_TYPE_FIELD_ID
 
 MAPPING = NameMapping([

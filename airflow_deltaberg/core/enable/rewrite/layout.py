@@ -10,9 +10,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
-
-FIELD_ID = b"PARQUET:field_id"
 
 #: The Arrow type of each Delta primitive in the physical layout.
 ARROW_PRIMITIVES: dict[str, pa.DataType] = {
