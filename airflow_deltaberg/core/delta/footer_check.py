@@ -4,8 +4,9 @@ pyarrow builds a column chunk's metadata (``FileMetaData.row_group(g).column(i)`
 whose exceptions its bindings do not turn into Python ones: a footer whose size statistics do not fit the schema
 (level histograms of another length than the column's levels, unencoded byte counts on a column that is not
 BYTE_ARRAY: apache/arrow#45283), statistics whose min or max is shorter than a value of the column's fixed width,
-a row group with another number of column chunks than the schema, or a chunk encrypted with a column key ends the
-process with ``terminate called after throwing parquet::ParquetException``. Reading the data
+a row group with another number of column chunks than the schema, a chunk whose physical type is not its schema
+column's (fuzz seed 8 case 1927), or a chunk encrypted with a column key ends the process with ``terminate called
+after throwing parquet::ParquetException``. Reading the data
 raises an OSError for the same footer. ``footer_problem`` walks the footer's Thrift (compact protocol) before
 anything asks pyarrow for a column chunk, so such a file is refused with a typed error naming it.
 """
@@ -20,7 +21,10 @@ import pyarrow.parquet as pq
 
 # Thrift compact protocol type codes.
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
-_BYTE_ARRAY = 6  # parquet Type.BYTE_ARRAY
+#: Parquet's Type enum (the physical types), as the Thrift footer spells them.
+_PHYSICAL_TYPES = {"BOOLEAN": 0, "INT32": 1, "INT64": 2, "INT96": 3, "FLOAT": 4, "DOUBLE": 5, "BYTE_ARRAY": 6,
+                   "FIXED_LEN_BYTE_ARRAY": 7}
+_BYTE_ARRAY = _PHYSICAL_TYPES["BYTE_ARRAY"]
 #: Bytes of one plain-encoded value of the fixed-width physical types (FIXED_LEN_BYTE_ARRAY: the column's length).
 _VALUE_BYTES = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
 _STATISTICS_VALUES = {1: "max", 2: "min", 5: "max_value", 6: "min_value"}
@@ -128,7 +132,8 @@ def footer_problem(metadata: pq.FileMetaData) -> str | None:
     footer_length = int.from_bytes(data[-8:-4], "little")
     schema = metadata.schema
     levels = [_Column(schema.column(i).max_repetition_level, schema.column(i).max_definition_level,
-                      _value_bytes(schema.column(i))) for i in range(metadata.num_columns)]
+                      _value_bytes(schema.column(i)), _PHYSICAL_TYPES.get(schema.column(i).physical_type))
+              for i in range(metadata.num_columns)]
     try:
         return _file_problem(_Reader(data[-8 - footer_length:-8]), levels)
     except ValueError as exc:  # the walk ran off the Thrift it expects
@@ -140,6 +145,7 @@ class _Column:
     max_repetition: int
     max_definition: int
     value_bytes: int | None  # of one plain-encoded value; None: variable (BYTE_ARRAY)
+    physical_type: int | None = None  # the schema's (Parquet's Type enum)
 
 
 def _value_bytes(column: pq.ColumnSchema) -> int | None:
@@ -205,6 +211,10 @@ def _column_metadata_problem(reader: _Reader, column: _Column | None) -> str | N
             size_stats = _size_statistics(reader)
         else:
             reader.skip(kind)
+    if column is not None and physical_type is not None and physical_type != column.physical_type:
+        names = {code: name for name, code in _PHYSICAL_TYPES.items()}
+        problem = problem or (f"a column chunk of physical type {names.get(physical_type, physical_type)} where the "
+                              f"schema's column is {names.get(column.physical_type, column.physical_type)}")
     if size_stats is not None and column is not None:
         repetition, definition, has_unencoded = size_stats
         for name, length, max_level in (("repetition", repetition, column.max_repetition),

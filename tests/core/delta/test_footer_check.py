@@ -142,3 +142,30 @@ def test_a_checkpoint_column_name_that_is_not_utf8_is_a_typed_error(command: str
     assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
     assert "CorruptLogError" in run.stderr and checkpoint.name in run.stderr and "UnicodeDecodeError" not in run.stderr
     assert not (root / "_iceberg").exists()
+
+
+def _int32_chunk_as_int96(data: bytes) -> bytes:
+    """``data`` (a Parquet file) whose first INT32 column chunk says INT96 in its footer (ColumnChunk's meta_data
+    struct begins with its physical type: field 1, i32, zigzag 2 for INT32, 6 for INT96)."""
+    start = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    at = data.index(b"\x1c\x15\x02", start)
+    return data[:at + 2] + b"\x06" + data[at + 3:]
+
+
+def test_a_column_chunk_of_another_physical_type_is_a_typed_error(tmp_path: Path) -> None:
+    """Fuzz seed 8 case 1927: a flipped footer byte made a checkpoint's INT32 column chunk say INT96, and building the
+    chunk's metadata (for its statistics) ended the process ('ColumnMetaData type does not match ColumnDescriptor
+    physical type')."""
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"v": pa.array([1, 2, 3], pa.int32())}), sink)
+    damaged = tmp_path / "part-0.parquet"
+    damaged.write_bytes(_int32_chunk_as_int96(sink.getvalue()))
+    statistics = PROBE.replace(".column(i) for", ".column(i).statistics for")
+    probe = subprocess.run([sys.executable, "-c", statistics, str(damaged)], capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0 and "does not match ColumnDescriptor physical type" in probe.stderr
+    assert footer_check.footer_problem(pq.read_metadata(damaged)) == (
+        "has a column chunk of physical type INT96 where the schema's column is INT32 (row group 0, column 0)")
+    with pytest.raises(CorruptDataFileError, match="physical type INT96") as info:
+        read_file_footer(open_storage(str(tmp_path)), str(damaged), table=str(tmp_path))
+    assert "part-0.parquet" in str(info.value)
+    assert footer_check.footer_problem(pq.read_metadata(sink)) is None
