@@ -51,7 +51,7 @@ from typing import Any
 
 from fuzz_cases import SELF_INCONSISTENT, CasePlan
 from fuzz_fixtures import COMMIT, COMPACTION, FixtureInfo, fixture_info
-from fuzz_lies import added_in, excuse_flagged, files_losing_rows, flagged_files, unreadable_files
+from fuzz_lies import added_in, excuse_flagged, files_filtered_wrongly, flagged_files, unreadable_files
 from fuzz_mutations import MUTATIONS, FuzzContext, NotApplicable, file_tree
 from support.environment import make_writable
 
@@ -464,13 +464,13 @@ def filter_checks(static: Any, full: Any, rng: Any, result: CaseResult) -> None:
         want = full.filter(expected)
         if normalized(got, columns) != normalized(want, columns):
             try:
-                at_fault = files_losing_rows(static, expr)
+                at_fault = files_filtered_wrongly(static, expr, expected)
             except Exception:  # noqa: BLE001 - then no file is singled out
                 at_fault = []
             result.findings.append(Finding("problem", "filter-loses-rows", "iceberg",
                                            f"{expr}: {got.num_rows} rows from the filtered scan, {want.num_rows} "
-                                           f"from the full scan filtered" + (f"; pruned although they hold such "
-                                           f"rows: {at_fault[:3]}" if at_fault else ""), files=at_fault))
+                                           f"from the full scan filtered" + (f"; files whose rows it filters otherwise "
+                                           f"than Arrow: {at_fault[:3]}" if at_fault else ""), files=at_fault))
 
 
 # ------------------------------------------------------------------------------------------ the case

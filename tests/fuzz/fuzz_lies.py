@@ -120,15 +120,27 @@ def added_in(commit: Path) -> set[str]:
     return paths
 
 
-def files_losing_rows(static: Any, expr: Any) -> list[str]:
-    """The data files (local paths) that the filtered scan's planning pruned although they hold matching rows:
-    their metrics (or partition values) exclude rows they have."""
+def files_filtered_wrongly(static: Any, expr: Any, expected: Any) -> list[str]:
+    """The data files (local paths) whose rows the filtered scan returns otherwise than Arrow's filter ``expected``
+    of the file's rows: pruned by planning although they hold matching rows (their metrics or partition values
+    exclude rows they have), or kept and filtered to other rows (e.g. nulls of a column the schema says is never
+    null, which a reader's not-null filter lets through)."""
+    from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
 
     kept = {t.file.file_path for t in static.scan(row_filter=expr).plan_files()}
-    scan = ArrowScan(static.metadata, static.io, static.schema(), expr)
-    return [iceberg_local_path(task.file.file_path) for task in static.scan().plan_files()
-            if task.file.file_path not in kept and scan.to_table([task]).num_rows]
+    filtered = ArrowScan(static.metadata, static.io, static.schema(), expr)
+    whole = ArrowScan(static.metadata, static.io, static.schema(), AlwaysTrue())
+    wrong = []
+    for task in static.scan().plan_files():
+        try:
+            want = whole.to_table([task]).filter(expected).num_rows
+            got = filtered.to_table([task]).num_rows if task.file.file_path in kept else 0
+        except Exception:  # noqa: BLE001 - an unreadable file is a finding of its own
+            continue
+        if got != want:
+            wrong.append(iceberg_local_path(task.file.file_path))
+    return wrong
 
 
 def unreadable_files(static: Any) -> list[str]:
