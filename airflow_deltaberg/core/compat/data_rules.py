@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 
 from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, V3, WV1, CheckContext, Finding, Location, Rule
+from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
 from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
@@ -191,9 +193,11 @@ def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
         footer = read_footer(ctx, row["path"])
         wrong_size = size_mismatch(row["size"], footer)
         problems = [wrong_size] if wrong_size else []
+        dv = row["deletionVector"]
+        deleted_rows = None if dv is None else partial(read_deletion_vector, ctx.storage, dv)
         problems += stats_mismatches(row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
-                                     has_deletion_vector=row["deletionVector"] is not None,
-                                     read_columns=footer.read_columns)
+                                     has_deletion_vector=dv is not None, read_columns=footer.read_columns,
+                                     deleted_rows=deleted_rows)
         if problems:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             yield Finding("the add action does not match the file: "

@@ -130,10 +130,16 @@ def size_mismatch(size: int | None, footer: Any) -> str | None:
 
 def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, columns: Sequence[StatsColumn], *,
                      has_deletion_vector: bool = False, string_prefix: int = DEFAULT_STRING_PREFIX,
-                     read_columns: ColumnReader | None = None) -> list[str]:
+                     read_columns: ColumnReader | None = None,
+                     deleted_rows: Callable[[], np.ndarray] | None = None) -> list[str]:
     """Where one file's parsed Delta stats (a row of ``stats_parsed``, as ``to_pylist`` gives it) do not cover the
     data its parquet ``footer`` describes: one message per disagreement, empty when none (or no stats).
-    ``read_columns``: how to read the values of columns the footer has no statistics for (else they are skipped)."""
+    ``read_columns``: how to read the values of columns the footer has no statistics for (else they are skipped).
+
+    A file with a deletion vector: its stats describe its rows before or after the deletes (``tightBounds``), so
+    only the bounds are checked, against the rows it keeps; ``deleted_rows`` gives the deleted row indexes (without
+    it, or ``read_columns``, such a file's columns are not checked). The footer's bounds suffice when they lie
+    within the stats' (the kept rows lie within them too); otherwise the kept rows' values are read."""
     if not stats:
         return []
     problems = []
@@ -145,6 +151,7 @@ def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, c
     if index is None:
         return problems
     by_values: list[tuple[StatsColumn, int, Any, Any, Any]] = []
+    kept_by_values: list[tuple[StatsColumn, int, Any, Any]] = []
     for column in columns:
         low, high, nulls = (_dig(stats.get(key), column.physical) for key in ("minValues", "maxValues", "nullCount"))
         if low is None and high is None and nulls is None:
@@ -156,6 +163,11 @@ def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, c
                                                        has_deletion_vector))
             continue
         if has_deletion_vector:
+            if deleted_rows is not None and read_columns is not None and (low is not None or high is not None):
+                found = _footer_column(footer, leaf, column.type)
+                if found is None or not found.bounds_known or any(
+                        _bound_problems(column, low, high, found, string_prefix)):
+                    kept_by_values.append((column, leaf, low, high))
             continue
         found = _footer_column(footer, leaf, column.type)
         unknown = found is None or (nulls is not None and found.nulls is None) or (
@@ -173,6 +185,18 @@ def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, c
             found = _values_column(table, index.names[leaf], column.type)
             if found is not None:
                 problems.extend(_column_problems(column, low, high, nulls, found, num_records, tight, string_prefix))
+    if kept_by_values:
+        assert read_columns is not None and deleted_rows is not None
+        table = read_columns(sorted({index.names[leaf][0] for _, leaf, *_ in kept_by_values}))
+        kept = np.ones(table.num_rows, dtype=bool)
+        deleted = deleted_rows()
+        kept[deleted[deleted < table.num_rows].astype(np.int64)] = False
+        table = table.filter(pa.array(kept))
+        for column, leaf, low, high in kept_by_values:
+            found = _values_column(table, index.names[leaf], column.type)
+            if found is not None and found.bounds_known:
+                problems.extend(f"{problem} (of the rows its deletion vector keeps)"
+                                for problem in _bound_problems(column, low, high, found, string_prefix))
     return problems
 
 

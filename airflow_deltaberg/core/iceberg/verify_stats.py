@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from pyiceberg.table.name_mapping import NameMapping
 
 from airflow_deltaberg.core.delta import Snapshot
 from airflow_deltaberg.core.delta.actions import ActionBatch
+from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
 from airflow_deltaberg.core.delta.file_footer import read_file_footer
 from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
@@ -90,9 +92,11 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
         problems += [wrong_size] if wrong_size else []
         if mapping is not None:
             problems += field_id_conflicts(footer.schema.to_arrow_schema(), mapping)
+        dv = row.get("deletionVector")
         return problems + stats_mismatches(
-            row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
-            has_deletion_vector=row.get("deletionVector") is not None, read_columns=footer.read_columns)
+            row["stats_parsed"], footer.metadata, columns, string_prefix=prefix, has_deletion_vector=dv is not None,
+            read_columns=footer.read_columns, deleted_rows=None if dv is None else partial(read_deletion_vector,
+                                                                                          storage, dv))
 
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         for part in _slices(files.select(wanted)):

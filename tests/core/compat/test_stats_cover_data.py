@@ -15,6 +15,8 @@ import pytest
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.compat.model import Location
+from airflow_deltaberg.core.errors import StatsMismatchError
+from airflow_deltaberg.core.iceberg.convert import convert
 
 RULE = "data.stats-cover-data"
 NOT_A_TABLE = "crc-malformed"
@@ -126,3 +128,36 @@ def test_a_lying_maximum_is_flagged_where_the_footer_states_no_bounds(
     found = [v for v in report.violations if v.rule_id == RULE]
     assert [v.location for v in found] == [Location("file", path)], [v.message for v in found]
     assert f"column {column}: maxValues" in found[0].message
+
+
+def _bounds(low: int, high: int, tight: bool) -> Callable[[dict[str, Any]], bool]:
+    def change(stats: dict[str, Any]) -> bool:
+        stats["minValues"]["value"], stats["maxValues"]["value"], stats["tightBounds"] = low, high, tight
+        return True
+
+    return change
+
+
+@pytest.mark.parametrize(("low", "high", "tight", "wrong"), [
+    (1, 8, True, None),  # the bounds of the rows the deletion vector keeps (values 0 and 9 are deleted)
+    (0, 9, False, None),  # as shipped: the bounds before the deletes
+    (1, 7, True, "maxValues 7"),  # value 8 is kept
+    (2, 8, False, "minValues 2"),  # value 1 is kept
+], ids=["tight", "as-shipped", "max-below-a-kept-value", "min-above-a-kept-value"])
+def test_a_file_with_a_deletion_vector_is_checked_against_the_rows_it_keeps(
+        low: int, high: int, tight: bool, wrong: str | None, copy_fixture: Callable[[str], Path]) -> None:
+    """Fuzz seed 8 case 1553: with a deletion vector the rule checked nothing, so stats excluding a kept row (an
+    Iceberg filter then pruned the file) went unreported. Now the bounds are checked against the kept rows."""
+    table = copy_fixture("table-with-dv-small")
+    path = _falsify(table, _bounds(low, high, tight))
+    report = validate(str(table), "compat-v2", data_checks=True, sample_size=None)
+    found = [v for v in report.violations if v.rule_id == RULE]
+    if wrong is None:
+        assert found == []
+        assert convert(str(table), verify_stats=True).files_added == 1
+    else:
+        assert [v.location for v in found] == [Location("file", path)]
+        assert wrong in found[0].message and "of the rows its deletion vector keeps" in found[0].message
+        with pytest.raises(StatsMismatchError, match=wrong):
+            convert(str(table), verify_stats=True)
+        assert not (table / "_iceberg").exists()
