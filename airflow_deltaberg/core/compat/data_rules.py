@@ -19,6 +19,7 @@ from airflow_deltaberg.core.delta.footer_stats import (
     stats_mismatches,
     string_prefix_length,
 )
+from airflow_deltaberg.core.delta.partition_file_values import partition_value_mismatches
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
 
 # Columns Delta itself writes into data files, without a column mapping id: the change type of change data
@@ -188,7 +189,8 @@ def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
     metadata = ctx.metadata
     columns = stats_columns(ctx.schema, metadata.column_mapping_mode, metadata.partition_columns)
     prefix = string_prefix_length(ctx.config)
-    files = ctx.snapshot.files.select(["path", "size", "stats_parsed", "deletionVector"]).take(pa.array(rows))
+    files = ctx.snapshot.files.select(["path", "size", "stats_parsed", "deletionVector", "partitionValues"]).take(
+        pa.array(rows))
     for row in files.to_pylist():
         footer = read_footer(ctx, row["path"])
         wrong_size = size_mismatch(row["size"], footer)
@@ -198,6 +200,9 @@ def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
         problems += stats_mismatches(row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
                                      has_deletion_vector=dv is not None, read_columns=footer.read_columns,
                                      deleted_rows=deleted_rows)
+        problems += partition_value_mismatches(row["partitionValues"], footer.metadata, ctx.schema,
+                                               metadata.column_mapping_mode, metadata.partition_columns,
+                                               footer.read_columns)
         if problems:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             yield Finding("the add action does not match the file: "

@@ -38,7 +38,8 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _COUNT_FIELDS = ("numRecords", "nullCount")
 
 
-def _value_type(t: PrimitiveType) -> pa.DataType | None:
+def value_type(t: PrimitiveType) -> pa.DataType | None:
+    """The Arrow type a column's stats (and its partition values) are read as; None for types without min/max."""
     name = t.name
     if name in _INTS:
         return pa.int64()
@@ -75,7 +76,7 @@ def _bounds_field_type(t: DataType) -> pa.DataType | None:
         inner = _bounds_type(t.fields)
         return inner if inner.num_fields else None
     if isinstance(t, PrimitiveType):
-        return _value_type(t)
+        return value_type(t)
     return None
 
 

@@ -35,6 +35,7 @@ from airflow_deltaberg.core.delta.footer_stats import (
 )
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.partition_file_values import partition_value_mismatches
 from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError, StatsParseError
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.file_field_ids import field_id_conflicts
@@ -83,7 +84,8 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
     mode, partition_columns = metadata.column_mapping_mode, metadata.partition_columns
     columns = stats_columns(metadata.schema, mode, partition_columns)
     prefix = string_prefix_length(metadata.configuration)
-    wanted = [c for c in ("path", "size", "stats_parsed", "deletionVector", "version") if c in files.column_names]
+    wanted = [c for c in ("path", "size", "stats_parsed", "deletionVector", "version", "partitionValues")
+              if c in files.column_names]
 
     def check(row: dict[str, Any], location: str) -> list[str]:
         footer = read_file_footer(storage, location, table=table, context="; nothing was converted")
@@ -92,6 +94,8 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
         problems += [wrong_size] if wrong_size else []
         if mapping is not None:
             problems += field_id_conflicts(footer.schema.to_arrow_schema(), mapping)
+        problems += partition_value_mismatches(row.get("partitionValues"), footer.metadata, metadata.schema, mode,
+                                               partition_columns, footer.read_columns)
         dv = row.get("deletionVector")
         return problems + stats_mismatches(
             row["stats_parsed"], footer.metadata, columns, string_prefix=prefix, has_deletion_vector=dv is not None,
