@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import partial
 
 import numpy as np
 import pyarrow as pa
 
 from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, V3, WV1, CheckContext, Finding, Location, Rule
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
+from airflow_deltaberg.core.delta.add_checks import add_mismatches
 from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
-    size_mismatch,
     stats_columns,
-    stats_mismatches,
     string_prefix_length,
 )
-from airflow_deltaberg.core.delta.partition_file_values import partition_value_mismatches
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
 
 # Columns Delta itself writes into data files, without a column mapping id: the change type of change data
@@ -180,9 +176,9 @@ def parquet_field_ids(ctx: CheckContext) -> Iterator[Finding]:
 
 def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
     """The sampled files whose add action does not describe them: Delta stats that do not cover the data (the
-    parquet footer's statistics, or the column's values where the footer has none), or a size that is not the
-    file's. Delta readers, and Iceberg readers of a conversion, skip rows of such a file or cannot read it
-    (``footer_stats``)."""
+    parquet footer's statistics, or the column's values where the footer has none), a size that is not the
+    file's, or partition values other than those the file materializes. Delta readers, and Iceberg readers of a
+    conversion, skip rows of such a file, read other values or cannot read it (``add_checks``)."""
     rows = sample_rows(ctx)
     if not len(rows):
         return
@@ -192,17 +188,7 @@ def stats_cover_data(ctx: CheckContext) -> Iterator[Finding]:
     files = ctx.snapshot.files.select(["path", "size", "stats_parsed", "deletionVector", "partitionValues"]).take(
         pa.array(rows))
     for row in files.to_pylist():
-        footer = read_footer(ctx, row["path"])
-        wrong_size = size_mismatch(row["size"], footer)
-        problems = [wrong_size] if wrong_size else []
-        dv = row["deletionVector"]
-        deleted_rows = None if dv is None else partial(read_deletion_vector, ctx.storage, dv)
-        problems += stats_mismatches(row["stats_parsed"], footer.metadata, columns, string_prefix=prefix,
-                                     has_deletion_vector=dv is not None, read_columns=footer.read_columns,
-                                     deleted_rows=deleted_rows)
-        problems += partition_value_mismatches(row["partitionValues"], footer.metadata, ctx.schema,
-                                               metadata.column_mapping_mode, metadata.partition_columns,
-                                               footer.read_columns)
+        problems = add_mismatches(ctx.storage, row, read_footer(ctx, row["path"]), metadata, columns, prefix)
         if problems:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             yield Finding("the add action does not match the file: "

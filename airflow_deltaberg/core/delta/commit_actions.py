@@ -245,7 +245,7 @@ def _parse_file_lines(
         _raise_bad_line(storage, table, files, ValueError(f"an action without {missing[1]}"))
     index = result.schema.get_field_index("partitionValues")
     values = result.column(index).combine_chunks()
-    written = without_absent_keys(values, to_numpy(result.column("is_add").combine_chunks()), payload)
+    written = without_absent_keys(values, result.column("is_add"), payload)
     return result if written is values else result.set_column(index, "partitionValues", written)
 
 

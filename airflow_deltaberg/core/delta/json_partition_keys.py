@@ -17,7 +17,8 @@ import pyarrow as pa
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 
 
-def without_absent_keys(partition_values: pa.MapArray, is_add: np.ndarray, lines: bytes | memoryview) -> pa.MapArray:
+def without_absent_keys(partition_values: pa.MapArray, is_add: pa.Array | pa.ChunkedArray | np.ndarray,
+                        lines: bytes | memoryview) -> pa.MapArray:
     """``partition_values`` (one map per line of ``lines``, NDJSON, every line ending with a newline) without the
     null entries of add rows whose line has no such key."""
     if not len(partition_values) or partition_values.null_count == len(partition_values):
@@ -32,7 +33,8 @@ def without_absent_keys(partition_values: pa.MapArray, is_add: np.ndarray, lines
     if not len(null_entries):
         return partition_values
     entry_rows = np.searchsorted(offsets, null_entries, side="right") - 1
-    of_adds = is_add[entry_rows]
+    # Only a log with null partition values gets here: the add flags are turned into numpy for it alone.
+    of_adds = (is_add if isinstance(is_add, np.ndarray) else to_numpy(is_add))[entry_rows]
     if not of_adds.any():
         return partition_values
     null_entries, entry_rows = null_entries[of_adds], entry_rows[of_adds]

@@ -15,29 +15,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.partition_codec import parse_partition_values
-from airflow_deltaberg.core.delta.schema import PrimitiveType, StructType
+from airflow_deltaberg.core.delta.schema import PrimitiveType
 from airflow_deltaberg.core.delta.stats import value_type
 
 
 def partition_value_mismatches(partition_values: Mapping[str, str | None] | Sequence[tuple[str, str | None]] | None,
-                               footer: pq.FileMetaData, schema: StructType, column_mapping_mode: str,
-                               partition_columns: Sequence[str],
+                               footer: pq.FileMetaData, metadata: Metadata,
                                read_columns: Callable[[Sequence[str]], pa.Table]) -> list[str]:
     """One message per partition column the file materializes with values other than its add's
     ``partition_values`` (by physical name under column mapping; as ``to_pylist`` gives a map: pairs)."""
-    if not partition_columns or partition_values is None:
+    if not metadata.partition_columns or partition_values is None:
         return []
     given = dict(partition_values)
     in_file = set(footer.schema.to_arrow_schema().names)
-    mapped = column_mapping_mode in ("name", "id")
     wanted: list[tuple[str, str, pa.DataType]] = []
-    for name in partition_columns:
-        if name not in schema.names:
-            continue
-        field = schema.field(name)
-        physical = field.physical_name if mapped else name
-        target = value_type(field.type) if isinstance(field.type, PrimitiveType) else None
+    for name, physical in zip(metadata.partition_columns, metadata.physical_partition_columns, strict=True):
+        column_type = metadata.schema.field(name).type
+        target = value_type(column_type) if isinstance(column_type, PrimitiveType) else None
         if physical in in_file and physical in given and target is not None and not pa.types.is_timestamp(target):
             wanted.append((name, physical, target))
     if not wanted:

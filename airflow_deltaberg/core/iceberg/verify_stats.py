@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -24,18 +23,15 @@ from pyiceberg.table.name_mapping import NameMapping
 
 from airflow_deltaberg.core.delta import Snapshot
 from airflow_deltaberg.core.delta.actions import ActionBatch
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
+from airflow_deltaberg.core.delta.add_checks import add_mismatches
 from airflow_deltaberg.core.delta.file_footer import read_file_footer
 from airflow_deltaberg.core.delta.file_types import type_mismatches
 from airflow_deltaberg.core.delta.footer_stats import (
-    size_mismatch,
     stats_columns,
-    stats_mismatches,
     string_prefix_length,
 )
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.delta.partition_file_values import partition_value_mismatches
 from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError, StatsParseError
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.file_field_ids import field_id_conflicts
@@ -89,18 +85,11 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
 
     def check(row: dict[str, Any], location: str) -> list[str]:
         footer = read_file_footer(storage, location, table=table, context="; nothing was converted")
-        wrong_size = size_mismatch(row.get("size"), footer)
         problems = type_mismatches(metadata.schema, mode, partition_columns, footer.metadata)
-        problems += [wrong_size] if wrong_size else []
+        problems += add_mismatches(storage, row, footer, metadata, columns, prefix)
         if mapping is not None:
             problems += field_id_conflicts(footer.schema.to_arrow_schema(), mapping)
-        problems += partition_value_mismatches(row.get("partitionValues"), footer.metadata, metadata.schema, mode,
-                                               partition_columns, footer.read_columns)
-        dv = row.get("deletionVector")
-        return problems + stats_mismatches(
-            row["stats_parsed"], footer.metadata, columns, string_prefix=prefix, has_deletion_vector=dv is not None,
-            read_columns=footer.read_columns, deleted_rows=None if dv is None else partial(read_deletion_vector,
-                                                                                          storage, dv))
+        return problems
 
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         for part in _slices(files.select(wanted)):
