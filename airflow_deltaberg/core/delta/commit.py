@@ -16,14 +16,12 @@ from typing import Any
 
 from airflow_deltaberg.core.delta.conflicts import find_conflict, reads_whole_table
 from airflow_deltaberg.core.delta.log_segment import commit_key, list_log
+from airflow_deltaberg.core.delta.models import ICT_ENABLED, ICT_TIMESTAMP, ICT_VERSION
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.errors import CommitConflictError, CorruptLogError, FileAlreadyExistsError
 from airflow_deltaberg.version import __version__
 
 ENGINE_INFO = f"airflow-deltaberg/{__version__}"
-ICT_ENABLED = "delta.enableInCommitTimestamps"
-ICT_VERSION = "delta.inCommitTimestampEnablementVersion"
-ICT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
 
 log = logging.getLogger(__name__)
 

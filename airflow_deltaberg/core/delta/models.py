@@ -26,6 +26,13 @@ _LEGACY_WRITER_FEATURES = {
 }
 _LEGACY_READER_FEATURES = {2: {"columnMapping"}}
 
+# In-commit timestamps: on when the property is true and the protocol supports the writer feature (Delta on
+# Spark names it inCommitTimestamp, the protocol text inCommitTimestamps).
+ICT_ENABLED = "delta.enableInCommitTimestamps"
+ICT_VERSION = "delta.inCommitTimestampEnablementVersion"
+ICT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
+ICT_FEATURES = frozenset({"inCommitTimestamp", "inCommitTimestamps"})
+
 
 @dataclass(frozen=True)
 class Protocol:

@@ -18,9 +18,9 @@ from airflow_deltaberg.core.delta.log_segment import (
     commit_key,
     list_log,
 )
-from airflow_deltaberg.core.delta.models import Metadata, Protocol, is_int
+from airflow_deltaberg.core.delta.models import ICT_ENABLED, ICT_FEATURES, ICT_VERSION, Metadata, Protocol, is_int
 from airflow_deltaberg.core.delta.paths import refuse_invalid_paths
-from airflow_deltaberg.core.delta.replay import refuse_repeated_file_actions, replay
+from airflow_deltaberg.core.delta.replay import TableState, refuse_repeated_file_actions, replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
     CorruptLogError,
@@ -115,13 +115,14 @@ class DeltaTable:
             segment = self.log_segment(version)
         state = replay(self.storage, self.location, segment)
         check_readable(state.protocol, self.location, segment.version)
-        timestamp = self._commit_timestamp(segment, state.metadata, state.commit_info)
+        timestamp = self._commit_timestamp(segment, state)
         return Snapshot(self.location, segment.version, timestamp, segment, state)
 
     # -- timestamps -------------------------------------------------------------------------------
 
-    def _commit_timestamp(self, segment: LogSegment, metadata: Metadata, commit_info: dict | None) -> int:
-        ict = _ict_enablement(metadata)
+    def _commit_timestamp(self, segment: LogSegment, state: TableState) -> int:
+        ict = self._ict_enablement(state, segment.version)
+        commit_info = state.commit_info
         if ict is not None and segment.version >= ict:
             if commit_info is not None and "inCommitTimestamp" in commit_info:
                 return self._in_commit_timestamp(segment.version, commit_info)
@@ -130,6 +131,20 @@ class DeltaTable:
         if segment.version_commit is not None:
             return segment.version_commit.mtime_ms
         return segment.checkpoint.files[0].mtime_ms if segment.checkpoint else 0
+
+    def _ict_enablement(self, state: TableState, version: int) -> int | None:
+        """The first version that carries in-commit timestamps, or None when they are off. The property alone
+        does not turn them on: the protocol must support the writer feature too; without it readers take file
+        times."""
+        features = state.protocol.effective_writer_features
+        if not state.metadata.bool_property(ICT_ENABLED) or features.isdisjoint(ICT_FEATURES):
+            return None
+        value = state.metadata.configuration.get(ICT_VERSION, "0")
+        if not value.isascii() or not value.isdigit():
+            version, file = state.defined_in or (version, None)
+            raise CorruptLogError(f"the table property {ICT_VERSION} is {value!r}, not a version"[:200],
+                                  table=self.location, version=version, file=file)
+        return int(value)
 
     def _read_ict(self, version: int, entry: FileEntry) -> int:
         first = self.storage.read(entry.key).split(b"\n", 1)[0]
@@ -156,8 +171,8 @@ class DeltaTable:
         listing = list_log(self.storage)
         if not listing.commits:
             self.latest_version()  # raises the right error for an empty or missing log
-        metadata = self.snapshot().metadata
-        return self._timestamps(listing, _ict_enablement(metadata))
+        snapshot = self.snapshot()
+        return self._timestamps(listing, self._ict_enablement(snapshot.state, snapshot.version))
 
     def _timestamps(self, listing: LogListing, ict_from: int | None) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -266,10 +281,3 @@ def check_readable(protocol: Protocol, table: str, version: int) -> None:
 def _feature_text(name: str) -> str:
     """A feature name as shown in a message: escaped when it holds a newline or another unprintable character."""
     return name if name.isprintable() else repr(name)
-
-
-def _ict_enablement(metadata: Metadata) -> int | None:
-    """The first version that carries in-commit timestamps, or None when they are off."""
-    if not metadata.bool_property("delta.enableInCommitTimestamps"):
-        return None
-    return int(metadata.configuration.get("delta.inCommitTimestampEnablementVersion", 0))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -584,10 +585,21 @@ def test_action_field_defects(tmp_path, capsys, defect):
     assert_cli_refuses(root, capsys)
 
 
+def enable_in_commit_timestamps(root: Path, from_version: str, *, feature: bool = True) -> Path:
+    """Version 0 turns in-commit timestamps on from ``from_version`` (the property, and with ``feature`` the
+    protocol's writer feature, as Delta on Spark names it); returns version 0's file."""
+    def change(actions: list[dict[str, Any]]) -> None:
+        action(actions, "metaData")["configuration"].update(
+            {"delta.enableInCommitTimestamps": "true", "delta.inCommitTimestampEnablementVersion": from_version})
+        if feature:
+            action(actions, "protocol").update(minWriterVersion=7,
+                                               writerFeatures=["appendOnly", "invariants", "inCommitTimestamp"])
+    return edit_commit(root, 0, change)
+
+
 def test_in_commit_timestamp_that_is_not_a_number(tmp_path, capsys):
     root = make_table(tmp_path)
-    path = edit_commit(root, 0, lambda actions: action(actions, "metaData")["configuration"].update(
-        {"delta.enableInCommitTimestamps": "true", "delta.inCommitTimestampEnablementVersion": "2"}))
+    enable_in_commit_timestamps(root, "2")
     path = edit_commit(root, 2, lambda actions: action(actions, "commitInfo").update(inCommitTimestamp="soon"))
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).snapshot()
@@ -595,6 +607,29 @@ def test_in_commit_timestamp_that_is_not_a_number(tmp_path, capsys):
     with pytest.raises(CorruptLogError) as info:
         DeltaTable(str(root)).commits(2)
     assert_names(info.value, root, version=2, file=path, also=("inCommitTimestamp",))
+    assert_cli_refuses(root, capsys)
+
+
+def test_in_commit_timestamps_without_the_protocol_feature_are_off(tmp_path):
+    """The property alone does not turn in-commit timestamps on (the protocol must support the writer feature):
+    commits without one load, with their file times, as delta-kernel reads them."""
+    root = make_table(tmp_path)
+    enable_in_commit_timestamps(root, "1", feature=False)
+    commit = root / "_delta_log" / f"{2:020d}.json"
+    os.utime(commit, ns=(4_000_000_000_123_000_000, 4_000_000_000_123_000_000))
+    table = DeltaTable(str(root))
+    assert table.snapshot().timestamp == 4_000_000_000_123
+    assert table.commit_timestamps()[2] == 4_000_000_000_123
+    assert our_paths(root) == peer_paths(root)
+
+
+@pytest.mark.parametrize("value", ["two", "-1", "1.5", ""])
+def test_in_commit_timestamp_enablement_version_that_is_not_a_version(tmp_path, capsys, value):
+    root = make_table(tmp_path)
+    path = enable_in_commit_timestamps(root, value)
+    with pytest.raises(CorruptLogError) as info:
+        DeltaTable(str(root)).snapshot()
+    assert_names(info.value, root, version=0, file=path, also=("delta.inCommitTimestampEnablementVersion",))
     assert_cli_refuses(root, capsys)
 
 
