@@ -137,16 +137,17 @@ class Metadata:
     def from_action(cls, action: Mapping[str, Any]) -> Metadata:
         """The metadata of a ``metaData`` action; a ValueError names a field that is missing or of the wrong
         type. The schema string is parsed when first used (``schema``)."""
-        fmt = _optional(action, "format", _is_dict, "an object") or {}
+        # The protocol's required fields: Delta on Spark (NullPointerException) and delta-kernel refuse a metaData
+        # without format, format.provider, partitionColumns or configuration.
+        fmt = _required(action, "format", _is_dict, "an object")
         return cls(
             id=_required(action, "id", _is_str, "a string"),
             schema_string=_required(action, "schemaString", _is_str, "a string"),
-            # Delta on Spark reads a missing list of partition columns as none.
-            partition_columns=tuple(_optional(action, "partitionColumns", _is_string_list, "a list of strings") or ()),
-            configuration=dict(_optional(action, "configuration", _is_string_map, "an object of strings") or {}),
+            partition_columns=tuple(_required(action, "partitionColumns", _is_string_list, "a list of strings")),
+            configuration=dict(_required(action, "configuration", _is_string_map, "an object of strings")),
             name=_optional(action, "name", _is_str, "a string"),
             description=_optional(action, "description", _is_str, "a string"),
-            format_provider=_optional(fmt, "provider", _is_str, "a string", "format.") or "parquet",
+            format_provider=_required(fmt, "provider", _is_str, "a string", "format."),
             format_options=dict(_optional(fmt, "options", _is_string_map, "an object of strings", "format.") or {}),
             created_time=_optional(action, "createdTime", is_int, "an integer"),
         )

@@ -24,7 +24,7 @@ from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.delta.partition_codec import rows_without_key
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
-from airflow_deltaberg.core.delta.schema import changed_column_id
+from airflow_deltaberg.core.delta.schema import changed_column_id, unmapped_column
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -482,7 +482,9 @@ def refuse_unsupported_column_mapping(protocol: Protocol, metadata: Metadata, *,
     column mapping gets a timestamp without time zone. Converting it either way could give another table than some
     Delta reader does, so a conversion refuses it (validate reports it: protocol.reader-version)."""
     mode = metadata.column_mapping_mode
-    if mode in ("id", "name") and "columnMapping" not in protocol.effective_reader_features:
+    if mode not in ("id", "name"):
+        return
+    if "columnMapping" not in protocol.effective_reader_features:
         raise CorruptLogError(
             f"delta.columnMapping.mode is {mode!r} but the protocol (reader version {protocol.min_reader_version}"
             f"{_listed(protocol.reader_features)}) does not support the columnMapping feature; the protocol says the "
@@ -490,6 +492,24 @@ def refuse_unsupported_column_mapping(protocol: Protocol, metadata: Metadata, *,
             "by logical names, Delta on Spark refuses the table)",
             table=table, version=version, file=file,
         )
+
+
+    refuse_unmapped_columns(metadata, table=table, version=version, file=file)
+
+
+def refuse_unmapped_columns(metadata: Metadata, *, table: str, version: int, file: str | None) -> None:
+    """Raise CorruptLogError when ``metadata`` sets column mapping and a column lacks its id or physical name.
+    Delta on Spark ("Missing physical name in column mapping mode") and delta-kernel refuse such a table; which
+    columns of the data files it reads would be a guess (validate reports it: column-mapping.field-id and
+    column-mapping.physical-name)."""
+    if metadata.column_mapping_mode not in ("id", "name"):
+        return
+    unmapped = unmapped_column(metadata.schema)
+    if unmapped is not None:
+        path, missing = unmapped
+        raise CorruptLogError(f"delta.columnMapping.mode is {metadata.column_mapping_mode!r} but the column "
+                              f"{path!r} has no {' and no '.join(missing)}; column mapping gives every column both",
+                              table=table, version=version, file=file)
 
 
 def _listed(features: frozenset[str] | None) -> str:

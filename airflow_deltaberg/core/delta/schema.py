@@ -212,7 +212,9 @@ def parse_type(value: Any, depth: int = 1) -> DataType:
             fields = value["fields"]
             if not isinstance(fields, list):
                 raise SchemaError(f"the fields of a struct must be a list, got {_short(fields)}")
-            return StructType(tuple(_parse_field(f, depth + 1) for f in fields))
+            struct = StructType(tuple(_parse_field(f, depth + 1) for f in fields))
+            _refuse_names_differing_in_case(struct)
+            return struct
         if kind == "array":
             return ArrayType(parse_type(value["elementType"], depth + 1),
                              _flag(value, "containsNull", "an array type"))
@@ -245,9 +247,23 @@ def _parse_field(f: Any, depth: int) -> StructField:
                        metadata=dict(f.get("metadata") or {}))
 
 
+def _refuse_names_differing_in_case(struct: StructType) -> None:
+    # Delta column names are case-insensitive: Delta on Spark (COLUMN_ALREADY_EXISTS) and delta-kernel ("Duplicate
+    # field name (case-insensitive)") refuse a struct with two such fields.
+    seen: dict[str, str] = {}
+    for f in struct.fields:
+        other = seen.setdefault(f.name.lower(), f.name)
+        if other is not f.name:
+            raise SchemaError(f"a struct has the fields {other!r} and {f.name!r}: Delta column names are "
+                              "case-insensitive")
+
+
 def _flag(value: dict[str, Any], key: str, what: str) -> bool:
-    """An optional boolean of a schema object (true when absent)."""
-    flag = value.get(key, True)
+    """A required boolean of a schema object (nullable, containsNull, valueContainsNull: Delta on Spark and
+    delta-kernel refuse a schema without one)."""
+    if key not in value:
+        raise SchemaError(f"{what} lacks the field {key!r}")
+    flag = value[key]
     if not isinstance(flag, bool):
         raise SchemaError(f"{key} of {what} must be a boolean, got {_short(flag)}")
     return flag
@@ -368,6 +384,16 @@ def check_column_mapping(schema: StructType) -> None:
                 visit(nested, f"{path}.")
 
     visit(schema, "")
+
+
+def unmapped_column(schema: StructType) -> tuple[str, list[str]] | None:
+    """The first column (its path) that lacks a column mapping id or physical name, with the keys it lacks; None
+    when every column has both, as column mapping (mode id or name) gives every column."""
+    for path, f in schema.walk():
+        missing = [key for key in (COLUMN_MAPPING_ID, COLUMN_MAPPING_PHYSICAL_NAME) if key not in f.metadata]
+        if missing:
+            return ".".join(path), missing
+    return None
 
 
 def _structs_in(t: DataType) -> Iterator[StructType]:

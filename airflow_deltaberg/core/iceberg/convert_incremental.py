@@ -19,6 +19,7 @@ from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import (
     refuse_changed_column_id,
     refuse_missing_partition_values,
+    refuse_unmapped_columns,
     refuse_unsupported_column_mapping,
 )
 from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError, VersionNotFoundError
@@ -237,6 +238,8 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
                 return Progress(tip, files_added, files_removed, written, outside, fall_back=reason)
             refuse_changed_column_id(metadata, new_metadata, table=table.location, version=version,
                                      file=commit_range.files.get(version))
+            refuse_unmapped_columns(new_metadata, table=table.location, version=version,
+                                    file=commit_range.files.get(version))
             metadata = new_metadata
         if version in protocols:
             refuse_unsupported_column_mapping(protocols[version], metadata, table=table.location, version=version,

@@ -494,7 +494,29 @@ SCHEMA_DEFECTS = {
     "fields-not-a-list": lambda actions: action(actions, "metaData").update(
         schemaString='{"type":"struct","fields":5}'),
     "array-containsNull-not-a-boolean": _with_column('{"type":"array","elementType":"long","containsNull":"yes"}'),
+    # Delta on Spark and delta-kernel refuse each of these (fuzz seed 1, read by both).
+    "field-without-nullable": _with_field({"name": "x", "type": "long", "metadata": {}}),
+    "array-without-containsNull": _with_column('{"type":"array","elementType":"long"}'),
+    "map-without-valueContainsNull": _with_column('{"type":"map","keyType":"string","valueType":"long"}'),
+    "names-differing-in-case": _with_field({"name": "ID", "type": "long", "nullable": True, "metadata": {}}),
+    "nested-names-differing-in-case": _with_column(
+        '{"type":"struct","fields":[{"name":"a","type":"long","nullable":true,"metadata":{}},'
+        '{"name":"A","type":"long","nullable":true,"metadata":{}}]}'),
 }
+
+
+def _map_columns(actions: list[dict[str, Any]], without: str) -> None:
+    """Column mapping mode name on (reader 2, writer 5), every column given an id and a physical name but the last
+    column lacking ``without``."""
+    action(actions, "protocol").update(minReaderVersion=2, minWriterVersion=5)
+    metadata = action(actions, "metaData")
+    schema = json.loads(metadata["schemaString"])
+    for column_id, field in enumerate(schema["fields"], 1):
+        field["metadata"] = {"delta.columnMapping.id": column_id, "delta.columnMapping.physicalName": field["name"]}
+    del schema["fields"][-1]["metadata"][without]
+    metadata["schemaString"] = json.dumps(schema)
+    metadata["configuration"].update({"delta.columnMapping.mode": "name",
+                                      "delta.columnMapping.maxColumnId": str(len(schema["fields"]))})
 
 
 @pytest.mark.parametrize("defect", list(SCHEMA_DEFECTS), ids=list(SCHEMA_DEFECTS))
@@ -505,6 +527,22 @@ def test_schema_defects(tmp_path, capsys, defect):
         DeltaTable(str(root)).snapshot().schema  # noqa: B018
     assert_names(info.value, root, version=0, file=path, also=("metaData",))
     assert_cli_refuses(root, capsys)
+
+
+@pytest.mark.parametrize(("key", "rule"), [("delta.columnMapping.physicalName", "column-mapping.physical-name"),
+                                           ("delta.columnMapping.id", "column-mapping.field-id")])
+def test_column_mapping_with_an_unmapped_column(tmp_path, capsys, key, rule):
+    """A column without its id or physical name under column mapping: Delta on Spark and delta-kernel refuse the
+    table, convert refuses it, validate reports it under its rule."""
+    root = make_table(tmp_path)
+    path = edit_commit(root, 0, lambda actions: _map_columns(actions, without=key))
+    assert main(["validate", str(root), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert rule in {v["rule_id"] for v in report["violations"]}, report["violations"]
+    assert main(["convert", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "CorruptLogError: " in err and key in err and str(path) in err, err
+    assert not (root / "_iceberg").exists()
 
 
 @pytest.mark.parametrize("kind", list(NESTED))
@@ -556,6 +594,12 @@ ACTION_DEFECTS = {
     "configuration-a-list": (0, _set("metaData", configuration=["x"])),
     "configuration-value-an-object": (0, _set("metaData", configuration={"delta.appendOnly": {"x": 1}})),
     "format-a-string": (0, _set("metaData", format="parquet")),
+    # Required by the protocol; Delta on Spark (a NullPointerException) and delta-kernel refuse a metaData without.
+    "metaData-without-format": (0, lambda actions: action(actions, "metaData").pop("format")),
+    "format-without-provider": (0, _set("metaData", format={"options": {}})),
+    "metaData-without-configuration": (0, lambda actions: action(actions, "metaData").pop("configuration")),
+    "metaData-without-partitionColumns": (0, lambda actions: action(actions, "metaData").pop("partitionColumns")),
+    "configuration-null": (0, _set("metaData", configuration=None)),
     "id-a-number": (0, _set("metaData", id=5)),
     "schemaString-an-object": (0, _set("metaData", schemaString={"type": "struct", "fields": []})),
     "txn-version-a-string": (2, _append("txn", {"appId": "x", "version": "5"})),
