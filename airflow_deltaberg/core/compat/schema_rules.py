@@ -75,7 +75,7 @@ def physical_names(ctx: CheckContext) -> Iterator[Finding]:
     if not _mapped(ctx):
         return
     for path, f in ctx.schema.walk():
-        if "delta.columnMapping.physicalName" not in f.metadata:
+        if f.metadata.get("delta.columnMapping.physicalName") is None:
             yield Finding("the column has no delta.columnMapping.physicalName", column_location(path))
 
 

@@ -390,7 +390,7 @@ def unmapped_column(schema: StructType) -> tuple[str, list[str]] | None:
     """The first column (its path) that lacks a column mapping id or physical name, with the keys it lacks; None
     when every column has both, as column mapping (mode id or name) gives every column."""
     for path, f in schema.walk():
-        missing = [key for key in (COLUMN_MAPPING_ID, COLUMN_MAPPING_PHYSICAL_NAME) if key not in f.metadata]
+        missing = [key for key in (COLUMN_MAPPING_ID, COLUMN_MAPPING_PHYSICAL_NAME) if f.metadata.get(key) is None]
         if missing:
             return ".".join(path), missing
     return None

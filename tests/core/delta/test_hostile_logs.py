@@ -505,15 +505,18 @@ SCHEMA_DEFECTS = {
 }
 
 
-def _map_columns(actions: list[dict[str, Any]], without: str) -> None:
+def _map_columns(actions: list[dict[str, Any]], without: str, null: bool = False) -> None:
     """Column mapping mode name on (reader 2, writer 5), every column given an id and a physical name but the last
-    column lacking ``without``."""
+    column lacking ``without`` (or, with ``null``, holding null for it)."""
     action(actions, "protocol").update(minReaderVersion=2, minWriterVersion=5)
     metadata = action(actions, "metaData")
     schema = json.loads(metadata["schemaString"])
     for column_id, field in enumerate(schema["fields"], 1):
         field["metadata"] = {"delta.columnMapping.id": column_id, "delta.columnMapping.physicalName": field["name"]}
-    del schema["fields"][-1]["metadata"][without]
+    if null:
+        schema["fields"][-1]["metadata"][without] = None
+    else:
+        del schema["fields"][-1]["metadata"][without]
     metadata["schemaString"] = json.dumps(schema)
     metadata["configuration"].update({"delta.columnMapping.mode": "name",
                                       "delta.columnMapping.maxColumnId": str(len(schema["fields"]))})
@@ -529,13 +532,16 @@ def test_schema_defects(tmp_path, capsys, defect):
     assert_cli_refuses(root, capsys)
 
 
-@pytest.mark.parametrize(("key", "rule"), [("delta.columnMapping.physicalName", "column-mapping.physical-name"),
-                                           ("delta.columnMapping.id", "column-mapping.field-id")])
-def test_column_mapping_with_an_unmapped_column(tmp_path, capsys, key, rule):
-    """A column without its id or physical name under column mapping: Delta on Spark and delta-kernel refuse the
-    table, convert refuses it, validate reports it under its rule."""
+@pytest.mark.parametrize(("key", "rule", "null"), [
+    ("delta.columnMapping.physicalName", "column-mapping.physical-name", False),
+    ("delta.columnMapping.physicalName", "column-mapping.physical-name", True),
+    ("delta.columnMapping.id", "column-mapping.field-id", False),
+])
+def test_column_mapping_with_an_unmapped_column(tmp_path, capsys, key, rule, null):
+    """A column without its id or physical name (or with null) under column mapping: Delta on Spark and
+    delta-kernel refuse the table, convert refuses it, validate reports it under its rule."""
     root = make_table(tmp_path)
-    path = edit_commit(root, 0, lambda actions: _map_columns(actions, without=key))
+    path = edit_commit(root, 0, lambda actions: _map_columns(actions, without=key, null=null))
     assert main(["validate", str(root), "--format", "json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert rule in {v["rule_id"] for v in report["violations"]}, report["violations"]
