@@ -24,7 +24,7 @@ from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.delta.partition_codec import rows_without_key
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
-from airflow_deltaberg.core.delta.schema import changed_column_id, unmapped_column
+from airflow_deltaberg.core.delta.schema import changed_column_id, holds_type, unmapped_column
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
@@ -495,6 +495,19 @@ def refuse_unsupported_column_mapping(protocol: Protocol, metadata: Metadata, *,
 
 
     refuse_unmapped_columns(metadata, table=table, version=version, file=file)
+
+
+def refuse_timestamp_ntz_without_feature(protocol: Protocol, metadata: Metadata, *, table: str, version: int,
+                                         file: str | None) -> None:
+    """Raise CorruptLogError when ``metadata``'s schema has a timestamp_ntz type and ``protocol`` does not support
+    the timestampNtz feature, which the protocol requires of such a table (Timestamp without timezone). Delta on Spark
+    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH) and delta-kernel refuse such a table."""
+    if "timestampNtz" not in protocol.effective_reader_features and holds_type(metadata.schema, "timestamp_ntz"):
+        raise CorruptLogError(
+            f"the schema has a timestamp_ntz column but the protocol (reader version {protocol.min_reader_version}"
+            f"{_listed(protocol.reader_features)}) does not support the timestampNtz feature, which such a table "
+            "needs", table=table, version=version, file=file,
+        )
 
 
 def refuse_unmapped_columns(metadata: Metadata, *, table: str, version: int, file: str | None) -> None:

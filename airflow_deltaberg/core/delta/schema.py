@@ -396,6 +396,13 @@ def unmapped_column(schema: StructType) -> tuple[str, list[str]] | None:
     return None
 
 
+def holds_type(schema: StructType, name: str) -> bool:
+    """Whether a column of ``schema``, or an array element, map key or value below one, has the primitive type
+    ``name``."""
+    return any(isinstance(t, PrimitiveType) and t.name == name
+               for _, f in schema.walk() for t in [f.type, *(s for _, s in nested_slots(f.type))])
+
+
 def _structs_in(t: DataType) -> Iterator[StructType]:
     """The structs directly below a type: itself, or inside its array elements and map keys/values."""
     if isinstance(t, StructType):

@@ -26,6 +26,7 @@ from airflow_deltaberg.core.delta.schema import (
     PrimitiveType,
     StructField,
     StructType,
+    holds_type,
     nested_slots,
     parse_schema,
     parse_type,
@@ -170,8 +171,7 @@ def _properties(properties: Mapping[str, Any], location: str) -> tuple[dict[str,
 
 def _protocol(schema: StructType, extra: set[str]) -> dict[str, Any]:
     features = {"columnMapping", "icebergCompatV2", "icebergWriterCompatV1", *extra}
-    if any(isinstance(t, PrimitiveType) and t.name == "timestamp_ntz"
-           for _, f in schema.walk() for t in [f.type, *(s for _, s in nested_slots(f.type))]):
+    if holds_type(schema, "timestamp_ntz"):
         features.add("timestampNtz")
     reader = sorted(features & READER_WRITER_FEATURES)
     return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader, "writerFeatures": sorted(features)}

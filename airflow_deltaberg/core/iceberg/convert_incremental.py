@@ -19,6 +19,7 @@ from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import (
     refuse_changed_column_id,
     refuse_missing_partition_values,
+    refuse_timestamp_ntz_without_feature,
     refuse_unmapped_columns,
     refuse_unsupported_column_mapping,
 )
@@ -225,6 +226,7 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
     protocols = {version: Protocol.from_action(body) for version, name, body in actions.other_actions
                  if name == "protocol"}  # parsed and checked by table.commits already
     files_added = files_removed = written = outside = 0
+    protocol: Protocol | None = None  # the protocol in force, once a commit of the range sets one
     for version in range(start, target_version + 1):
         if version in metadata_by_version:
             new_metadata = metadata_by_version[version]
@@ -242,8 +244,12 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
                                     file=commit_range.files.get(version))
             metadata = new_metadata
         if version in protocols:
-            refuse_unsupported_column_mapping(protocols[version], metadata, table=table.location, version=version,
+            protocol = protocols[version]
+            refuse_unsupported_column_mapping(protocol, metadata, table=table.location, version=version,
                                               file=commit_range.files.get(version))
+        if protocol is not None and (version in protocols or version in metadata_by_version):
+            refuse_timestamp_ntz_without_feature(protocol, metadata, table=table.location, version=version,
+                                                 file=commit_range.files.get(version))
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
