@@ -153,17 +153,14 @@ class Metadata:
         )
 
     @staticmethod
-    def check_field_types(action: Mapping[str, Any]) -> None:
-        """Raise ValueError for a field of a ``metaData`` action that is there but of the wrong type; missing
-        fields pass. For a metaData that a later one replaces: Delta Live Tables writes one without schemaString,
-        which Delta readers skip, but a field of the wrong type makes the line one that neither Delta on Spark nor
-        delta-kernel reads."""
-        for key, check, what in _METADATA_FIELDS:
-            _optional(action, key, check, what)
-        fmt = action.get("format")
-        if fmt is not None:
-            _optional(fmt, "provider", _is_str, "a string", "format.")
-            _optional(fmt, "options", _is_string_map, "an object of strings", "format.")
+    def check_containers(action: Mapping[str, Any]) -> None:
+        """Raise ValueError when the ``format`` or ``configuration`` of a ``metaData`` action is there but not an
+        object. For a metaData that a later one replaces: Delta Live Tables writes one without schemaString, which
+        Delta readers skip, and Delta on Spark reads a value of another type into a string field as its JSON text,
+        but neither it (MALFORMED_RECORD_IN_PARSING) nor delta-kernel reads a line whose format or configuration is
+        not an object."""
+        for key in ("format", "configuration"):
+            _optional(action, key, _is_dict, "an object")
 
     def to_action(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -256,18 +253,6 @@ def _is_string_list(value: Any) -> bool:
 
 def _is_string_map(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-
-
-_METADATA_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("id", _is_str, "a string"),
-    ("schemaString", _is_str, "a string"),
-    ("format", _is_dict, "an object"),
-    ("partitionColumns", _is_string_list, "a list of strings"),
-    ("configuration", _is_string_map, "an object of strings"),
-    ("name", _is_str, "a string"),
-    ("description", _is_str, "a string"),
-    ("createdTime", is_int, "an integer"),
-)
 
 
 def _required(action: Mapping[str, Any], key: str, check: Callable[[Any], bool], what: str, prefix: str = "") -> Any:

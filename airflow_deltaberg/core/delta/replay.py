@@ -438,7 +438,7 @@ def _reconcile_other(
     for version, name, body in actions:
         with _naming_the_action(storage, table, segment, version, name):
             if name == "metaData":
-                Metadata.check_field_types(body)
+                Metadata.check_containers(body)
                 current = _mapped_metadata(body)
                 refuse_changed_column_id(mapped, current, table=table, version=version,
                                          file=_source_file(storage, segment, version))
