@@ -155,12 +155,13 @@ class Metadata:
     @staticmethod
     def check_containers(action: Mapping[str, Any]) -> None:
         """Raise ValueError when the ``format`` or ``configuration`` of a ``metaData`` action is there but not an
-        object. For a metaData that a later one replaces: Delta Live Tables writes one without schemaString, which
-        Delta readers skip, and Delta on Spark reads a value of another type into a string field as its JSON text,
-        but neither it (MALFORMED_RECORD_IN_PARSING) nor delta-kernel reads a line whose format or configuration is
-        not an object."""
+        object, or its ``partitionColumns`` not a list. For a metaData that a later one replaces: Delta Live Tables
+        writes one without schemaString, which Delta readers skip, and Delta on Spark reads a value of another type
+        into a string field as its JSON text, but neither it (MALFORMED_RECORD_IN_PARSING) nor delta-kernel reads a
+        line whose format, configuration or partitionColumns is of another kind."""
         for key in ("format", "configuration"):
             _optional(action, key, _is_dict, "an object")
+        _optional(action, "partitionColumns", lambda value: isinstance(value, list), "a list")
 
     def to_action(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -217,10 +217,11 @@ def _dlt_table(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("field", "value"), [("configuration", "x"), ("configuration", -(10**30)), ("format", ""),
-                                             ("format", 2**63)])
-def test_superseded_metadata_whose_format_or_configuration_is_no_object_is_refused(tmp_path, capsys, field, value):
+                                             ("format", 2**63), ("partitionColumns", {})])
+def test_superseded_metadata_whose_containers_are_of_another_kind_is_refused(tmp_path, capsys, field, value):
     """A metaData that a later one replaces may lack fields (Delta Live Tables), but one whose format or configuration
-    is not an object is a line neither Delta on Spark nor delta-kernel reads (fuzz seeds 1 and 11)."""
+    is not an object, or partitionColumns not a list, is a line neither Delta on Spark nor delta-kernel reads (fuzz
+    seeds 1 and 11)."""
     root, _ = _dlt_table(tmp_path)
     path = edit_commit(root, 0, lambda actions: action(actions, "metaData").update({field: value}))
     with pytest.raises(CorruptLogError) as info:
