@@ -473,19 +473,21 @@ def _reconcile_other(
     return protocol, metadata, txns, domains, commit_info, defined_in
 
 
-def refuse_unsupported_column_mapping(protocol: Protocol, metadata: Metadata, *, table: str, version: int,
-                                      file: str | None) -> None:
-    """Raise CorruptLogError when ``metadata`` sets a column mapping mode that ``protocol`` does not support.
+def refuse_unsupported_metadata(protocol: Protocol, metadata: Metadata, *, table: str, version: int,
+                                file: str | None) -> None:
+    """Raise CorruptLogError when ``metadata`` uses what ``protocol`` does not support, or sets column mapping with a
+    column that lacks its id or physical name (``refuse_unmapped_columns``).
 
-    The protocol says to honour delta.columnMapping.mode only on reader version 2, or 3 with the columnMapping
-    feature (Column Mapping). Readers part ways on such a table (delta-kernel reads its files by logical names,
-    Delta on Spark refuses it as a protocol/metadata mismatch), and deltalake 1.6 writes one when a table with
-    column mapping gets a timestamp without time zone. Converting it either way could give another table than some
-    Delta reader does, so a conversion refuses it (validate reports it: protocol.reader-version)."""
+    - A column mapping mode: the protocol says to honour delta.columnMapping.mode only on reader version 2, or 3
+      with the columnMapping feature (Column Mapping). Readers part ways on such a table (delta-kernel reads its
+      files by logical names, Delta on Spark refuses it as a protocol/metadata mismatch), and deltalake 1.6 writes
+      one when a table with column mapping gets a timestamp without time zone. Converting it either way could give
+      another table than some Delta reader does (validate reports it: protocol.reader-version).
+    - A timestamp_ntz type: the protocol requires the timestampNtz feature of such a table (Timestamp without
+      timezone). delta-kernel refuses it, and Delta on Spark on a table-features protocol
+      (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH)."""
     mode = metadata.column_mapping_mode
-    if mode not in ("id", "name"):
-        return
-    if "columnMapping" not in protocol.effective_reader_features:
+    if mode in ("id", "name") and "columnMapping" not in protocol.effective_reader_features:
         raise CorruptLogError(
             f"delta.columnMapping.mode is {mode!r} but the protocol (reader version {protocol.min_reader_version}"
             f"{_listed(protocol.reader_features)}) does not support the columnMapping feature; the protocol says the "
@@ -493,16 +495,7 @@ def refuse_unsupported_column_mapping(protocol: Protocol, metadata: Metadata, *,
             "by logical names, Delta on Spark refuses the table)",
             table=table, version=version, file=file,
         )
-
-
     refuse_unmapped_columns(metadata, table=table, version=version, file=file)
-
-
-def refuse_timestamp_ntz_without_feature(protocol: Protocol, metadata: Metadata, *, table: str, version: int,
-                                         file: str | None) -> None:
-    """Raise CorruptLogError when ``metadata``'s schema has a timestamp_ntz type and ``protocol`` does not support
-    the timestampNtz feature, which the protocol requires of such a table (Timestamp without timezone). Delta on Spark
-    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH) and delta-kernel refuse such a table."""
     if "timestampNtz" not in protocol.effective_reader_features and holds_type(metadata.schema, "timestamp_ntz"):
         raise CorruptLogError(
             f"the schema has a timestamp_ntz column but the protocol (reader version {protocol.min_reader_version}"

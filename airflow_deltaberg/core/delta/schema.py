@@ -252,10 +252,11 @@ def _refuse_names_differing_in_case(struct: StructType) -> None:
     # field name (case-insensitive)") refuse a struct with two such fields.
     seen: dict[str, str] = {}
     for f in struct.fields:
-        other = seen.setdefault(f.name.lower(), f.name)
-        if other is not f.name:
-            raise SchemaError(f"a struct has the fields {other!r} and {f.name!r}: Delta column names are "
+        folded = f.name.lower()
+        if folded in seen:
+            raise SchemaError(f"a struct has the fields {seen[folded]!r} and {f.name!r}: Delta column names are "
                               "case-insensitive")
+        seen[folded] = f.name
 
 
 def _flag(value: dict[str, Any], key: str, what: str) -> bool:

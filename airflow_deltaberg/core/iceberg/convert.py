@@ -23,10 +23,7 @@ from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot, stats_template
 from airflow_deltaberg.core.delta.paths import files_outside_table
-from airflow_deltaberg.core.delta.replay import (
-    refuse_timestamp_ntz_without_feature,
-    refuse_unsupported_column_mapping,
-)
+from airflow_deltaberg.core.delta.replay import refuse_unsupported_metadata
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, read_state
@@ -79,10 +76,8 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     """One Iceberg snapshot listing every live file of ``snapshot``."""
     storage = table.storage
     version, file = snapshot.defined_in or (snapshot.version, None)
-    refuse_unsupported_column_mapping(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
-                                      file=file)
-    refuse_timestamp_ntz_without_feature(snapshot.protocol, snapshot.metadata, table=table.location,
-                                         version=version, file=file)
+    refuse_unsupported_metadata(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
+                                file=file)
     plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options,
                          format_version)
     with discarded_unless_published(storage, tip, plan):

@@ -19,9 +19,8 @@ from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import (
     refuse_changed_column_id,
     refuse_missing_partition_values,
-    refuse_timestamp_ntz_without_feature,
     refuse_unmapped_columns,
-    refuse_unsupported_column_mapping,
+    refuse_unsupported_metadata,
 )
 from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.conversion_state import (
@@ -243,13 +242,10 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
             refuse_unmapped_columns(new_metadata, table=table.location, version=version,
                                     file=commit_range.files.get(version))
             metadata = new_metadata
-        if version in protocols:
-            protocol = protocols[version]
-            refuse_unsupported_column_mapping(protocol, metadata, table=table.location, version=version,
-                                              file=commit_range.files.get(version))
+        protocol = protocols.get(version, protocol)
         if protocol is not None and (version in protocols or version in metadata_by_version):
-            refuse_timestamp_ntz_without_feature(protocol, metadata, table=table.location, version=version,
-                                                 file=commit_range.files.get(version))
+            refuse_unsupported_metadata(protocol, metadata, table=table.location, version=version,
+                                        file=commit_range.files.get(version))
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))
         adds = rows.filter(rows.column("is_add"))
         removes = rows.filter(pc.invert(rows.column("is_add")))
