@@ -29,6 +29,10 @@ if [ $# -eq 0 ]; then
 fi
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
+if [ $status != 0 ]; then
+  # A full disk fails hundreds of tests at once (every tmp_path, every Spark shuffle): say how full it was.
+  df -h . "${TMPDIR:-/tmp}" >&2 || true
+fi
 if [ "$floor" = 1 ]; then
   if ! wait "$floor_setup"; then
     cat .cache/setup_floor.log >&2
