@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata
@@ -39,11 +40,19 @@ class CommitRange:
     start: int
     end: int
     actions: ActionBatch
-    timestamps: dict[int, int]
+    entries: dict[int, FileEntry]  # version -> its commit file (key, size, modification time)
     table: str = ""
     files: Mapping[int, str] = field(default_factory=dict)  # version -> commit file, for messages
 
     def commit_infos(self) -> dict[int, dict[str, Any]]:
+        return dict(self._commit_infos)
+
+    def commit_info(self, version: int) -> dict[str, Any] | None:
+        """The commitInfo of commit ``version``, if it has one."""
+        return self._commit_infos.get(version)
+
+    @cached_property
+    def _commit_infos(self) -> dict[int, dict[str, Any]]:
         return {v: body for v, name, body in self.actions.other_actions if name == "commitInfo"}
 
     def metadata_changes(self) -> dict[int, Metadata]:
@@ -121,27 +130,40 @@ class DeltaTable:
     # -- timestamps -------------------------------------------------------------------------------
 
     def _commit_timestamp(self, segment: LogSegment, state: TableState) -> int:
-        ict = self._ict_enablement(state, segment.version)
-        commit_info = state.commit_info
-        if ict is not None and segment.version >= ict:
-            if commit_info is not None and "inCommitTimestamp" in commit_info:
-                return self._in_commit_timestamp(segment.version, commit_info)
-            if segment.version_commit is not None:
-                return self._read_ict(segment.version, segment.version_commit)
-        if segment.version_commit is not None:
-            return segment.version_commit.mtime_ms
-        return segment.checkpoint.files[0].mtime_ms if segment.checkpoint else 0
+        if segment.version_commit is None:  # a checkpoint without its commit: the checkpoint's time
+            return segment.checkpoint.files[0].mtime_ms if segment.checkpoint else 0
+        return self._timestamp(segment.version, segment.version_commit, state.commit_info,
+                               self._ict_enablement(state.protocol, state.metadata, state.defined_in, segment.version))
 
-    def _ict_enablement(self, state: TableState, version: int) -> int | None:
+    def commit_timestamp(self, commit_range: CommitRange, version: int, protocol: Protocol, metadata: Metadata,
+                         metadata_version: int | None = None) -> int:
+        """The timestamp of commit ``version`` of ``commit_range``, by the rule of a snapshot's: its in-commit
+        timestamp when ``protocol`` and ``metadata`` (in force at it, set at ``metadata_version`` when that is in the
+        range) turn those on from a version at or before it, else its file time."""
+        defined_in = None
+        if metadata_version is not None and metadata_version in commit_range.files:
+            defined_in = (metadata_version, commit_range.files[metadata_version])
+        return self._timestamp(version, commit_range.entries[version], commit_range.commit_info(version),
+                               self._ict_enablement(protocol, metadata, defined_in, version))
+
+    def _timestamp(self, version: int, commit: FileEntry, commit_info: Mapping[str, Any] | None,
+                   ict_from: int | None) -> int:
+        if ict_from is not None and version >= ict_from:
+            if commit_info is not None and "inCommitTimestamp" in commit_info:
+                return self._in_commit_timestamp(version, commit_info)
+            return self._read_ict(version, commit)
+        return commit.mtime_ms
+
+    def _ict_enablement(self, protocol: Protocol, metadata: Metadata, defined_in: tuple[int, str] | None,
+                        version: int) -> int | None:
         """The first version that carries in-commit timestamps, or None when they are off. The property alone
         does not turn them on: the protocol must support the writer feature too; without it readers take file
         times."""
-        features = state.protocol.effective_writer_features
-        if not state.metadata.bool_property(ICT_ENABLED) or features.isdisjoint(ICT_FEATURES):
+        if not metadata.bool_property(ICT_ENABLED) or protocol.effective_writer_features.isdisjoint(ICT_FEATURES):
             return None
-        value = state.metadata.configuration.get(ICT_VERSION, "0")
+        value = metadata.configuration.get(ICT_VERSION, "0")
         if not value.isascii() or not value.isdigit():
-            version, file = state.defined_in or (version, None)
+            version, file = defined_in or (version, None)
             raise CorruptLogError(f"the table property {ICT_VERSION} is {value!r}, not a version"[:200],
                                   table=self.location, version=version, file=file)
         return int(value)
@@ -172,7 +194,9 @@ class DeltaTable:
         if not listing.commits:
             self.latest_version()  # raises the right error for an empty or missing log
         snapshot = self.snapshot()
-        return self._timestamps(listing, self._ict_enablement(snapshot.state, snapshot.version))
+        state = snapshot.state
+        return self._timestamps(listing, self._ict_enablement(state.protocol, state.metadata, state.defined_in,
+                                                              snapshot.version))
 
     def _timestamps(self, listing: LogListing, ict_from: int | None) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -251,15 +275,7 @@ class DeltaTable:
         # The same rules as a snapshot load: one file action of a type per path and commit, paths naming files.
         refuse_repeated_file_actions(batch.file_actions, self.location, self._commit_file)
         refuse_invalid_paths(batch.file_actions, self.location, self._commit_file)
-        timestamps = {}
-        infos = {v: b for v, n, b in batch.other_actions if n == "commitInfo"}
-        for version, entry in files:
-            info = infos.get(version) or {}
-            if "inCommitTimestamp" in info:
-                timestamps[version] = self._in_commit_timestamp(version, info)
-            else:
-                timestamps[version] = entry.mtime_ms
-        return CommitRange(start, end, batch, timestamps, self.location,
+        return CommitRange(start, end, batch, dict(files), self.location,
                            {version: self.storage.uri(entry.key) for version, entry in files})
 
 

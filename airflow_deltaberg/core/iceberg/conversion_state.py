@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
-from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.models import Metadata, Protocol
 from airflow_deltaberg.core.iceberg.manifest import (
     MANIFEST_LIST_ARROW_TYPES,
     FieldSummary,
@@ -204,6 +204,8 @@ class ConversionState:
     delta_version: int
     delta_metadata: Metadata  # the Delta metaData in force at delta_version
     manifests: ManifestTable
+    # The Delta protocol in force at delta_version; None in states written before it was kept.
+    delta_protocol: Protocol | None = None
 
 
 def data_path_column(content: str | int) -> str:
@@ -255,10 +257,12 @@ def _info_from_json(data: dict[str, Any]) -> ManifestFileInfo:
 
 
 def write_state(storage: Storage, manifest_list_key: str, state: ConversionState) -> None:
-    """Write the state as an Arrow IPC file: the manifests' rows, and the Delta version and metaData (JSON) in the
-    schema's metadata."""
+    """Write the state as an Arrow IPC file: the manifests' rows, and the Delta version metaData and protocol (JSON) in
+    the schema's metadata."""
     about = {"delta_version": state.delta_version, "delta_metadata": state.delta_metadata.to_action(),
              "list_rows_version": state.manifests.list_rows_version}
+    if state.delta_protocol is not None:
+        about["delta_protocol"] = state.delta_protocol.to_action()
     table = state.manifests.table.replace_schema_metadata({_STATE_METADATA: json.dumps(about).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as out:
@@ -278,8 +282,10 @@ def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
         return _read_json_state(storage, list_key)
     table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
     about = json.loads(table.schema.metadata[_STATE_METADATA])
+    protocol = about.get("delta_protocol")
     return ConversionState(about["delta_version"], Metadata.from_action(about["delta_metadata"]),
-                           ManifestTable(table.replace_schema_metadata(None), about["list_rows_version"]))
+                           ManifestTable(table.replace_schema_metadata(None), about["list_rows_version"]),
+                           None if protocol is None else Protocol.from_action(protocol))
 
 
 def _read_json_state(storage: Storage, list_key: str) -> ConversionState | None:

@@ -78,8 +78,8 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     version, file = snapshot.defined_in or (snapshot.version, None)
     refuse_unsupported_metadata(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
                                 file=file)
-    plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.version, snapshot.timestamp, storage_options,
-                         format_version)
+    plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.protocol, snapshot.version, snapshot.timestamp,
+                         storage_options, format_version)
     with discarded_unless_published(storage, tip, plan):
         manifests = ManifestTable.from_records(write_snapshot_manifests(storage, plan, snapshot,
                                                                         manifest_writer or in_process))

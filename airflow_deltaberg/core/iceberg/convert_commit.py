@@ -73,7 +73,7 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
     manifests = manifests.encoded({p: replace(r, info=info) for p, r, info in zip(positions, records, infos,
                                                                                   strict=True)},
                                   rows, plan.format_version)
-    state = ConversionState(plan.delta_version, plan.metadata, manifests)
+    state = ConversionState(plan.delta_version, plan.metadata, manifests, plan.protocol)
     list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{plan.attempt}.avro"
     write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)

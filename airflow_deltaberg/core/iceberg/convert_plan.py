@@ -10,6 +10,7 @@ from typing import Any
 from pyiceberg.partitioning import PartitionSpec
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata
+from airflow_deltaberg.core.delta.models import Protocol
 from airflow_deltaberg.core.delta.schema import MAX_COLUMN_ID
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState
@@ -55,9 +56,11 @@ def schema_and_spec(metadata: Metadata, table: str, tip: Tip,
                                     previous=prev.partition_specs if prev else ())
 
 
-def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, delta_version: int, timestamp_ms: int,
-                  storage_options: Mapping[str, Any] | None = None, format_version: int = 2) -> SnapshotPlan:
-    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip``.
+def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Protocol | None, delta_version: int,
+                  timestamp_ms: int, storage_options: Mapping[str, Any] | None = None,
+                  format_version: int = 2) -> SnapshotPlan:
+    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip`` (``metadata`` and ``protocol``: the
+    Delta metaData and protocol in force at that version).
 
     Raises CorruptLogError when the schema uses a column mapping id above ``delta.columnMapping.maxColumnId``: an
     id no writer assigned may not be the field id of the column in the data files, and Iceberg readers resolve
@@ -82,6 +85,7 @@ def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, delta_version
         snapshot_id=new_snapshot_id(prev, metadata.id, delta_version),
         sequence_number=(prev.last_sequence_number if prev else 0) + 1,
         format_version=format_version,
+        protocol=protocol,
     )
 
 

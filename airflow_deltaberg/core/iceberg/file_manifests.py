@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 
 from airflow_deltaberg.core.delta.file_tables import MANIFEST_INPUT_COLUMNS
-from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.models import Metadata, Protocol
 from airflow_deltaberg.core.delta.partition_codec import partition_strings
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import parse_stats
@@ -65,6 +65,7 @@ class SnapshotPlan:
     snapshot_id: int
     sequence_number: int
     format_version: int = 2  # Iceberg table format: 3 writes deletion vectors in Puffin files
+    protocol: Protocol | None = None  # the Delta protocol in force at delta_version, kept in the conversion state
     # Every file this attempt at the snapshot writes under a fresh name holds this id, so that a failed attempt's
     # files can be found and deleted (two runs racing for the same snapshot have different ids).
     attempt: str = field(default_factory=lambda: uuid.uuid4().hex)

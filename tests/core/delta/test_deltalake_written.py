@@ -286,14 +286,14 @@ def test_commit_range_holds_the_adds_and_removes_of_each_commit(history):
     latest = history.latest
     whole = table.commits(0)
     assert (whole.start, whole.end) == (0, latest)
-    assert set(whole.timestamps) == set(range(latest + 1))
+    assert set(whole.entries) == set(range(latest + 1))
     assert set(whole.actions.file_actions.column("version").to_pylist()) <= set(range(latest + 1))
     operations = {h["version"]: h["operation"] for h in deltalake.DeltaTable(str(history.path)).history()}
     infos = whole.commit_infos()
     for v in range(latest + 1):
         assert _range_actions(whole, v) == _raw_file_actions(history.path, v), f"v{v}"
         assert infos[v]["operation"] == operations[v]
-        assert whole.timestamps[v] == BASE_MS + v * STEP_MS
+        assert whole.entries[v].mtime_ms == BASE_MS + v * STEP_MS
         if v == 0:
             continue
         # The commit is what turns deltalake's files at v-1 into its files at v.
@@ -311,7 +311,7 @@ def test_commit_sub_ranges(history):
         assert (commit_range.start, commit_range.end) == (start, end)
         versions = set(commit_range.actions.file_actions.column("version").to_pylist())
         assert versions <= set(range(start, end + 1))
-        assert set(commit_range.timestamps) == set(range(start, end + 1))
+        assert set(commit_range.entries) == set(range(start, end + 1))
         for v in range(start, end + 1):
             assert _range_actions(commit_range, v) == _raw_file_actions(history.path, v)
     with pytest.raises(VersionNotFoundError):

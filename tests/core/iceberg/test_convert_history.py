@@ -134,6 +134,54 @@ def test_in_commit_timestamps_going_backwards(tmp_path: Path) -> None:
     assert_every_snapshot_reads_delta(path, result.metadata_location)
 
 
+
+def _stamp_commit_info(path: Path, version: int, ms: int) -> None:
+    """Give commit ``version``'s commitInfo an inCommitTimestamp, nothing else (a writer may; it means nothing while
+    in-commit timestamps are off)."""
+    actions = [json.loads(line) for line in commit_file(path, version).read_text().splitlines()]
+    next(a for a in actions if "commitInfo" in a)["commitInfo"]["inCommitTimestamp"] = ms
+    commit_file(path, version).write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+@pytest.mark.parametrize("property_on", [False, True])
+def test_an_in_commit_timestamp_while_they_are_off_is_not_the_commit_time(tmp_path: Path, property_on: bool) -> None:
+    """In-commit timestamps are off without the property, and with it but without the protocol's feature: commits
+    take their file times then, in an incremental conversion as in a full one."""
+    path = tmp_path / "off"
+    write_deltalake(str(path), _batch(0, 4), partition_by=["label"])
+    write_deltalake(str(path), _batch(4, 2), mode="append", partition_by=["label"])
+    _stamp_commit_info(path, 1, 1_600_000_000_000)
+    if property_on:  # deltalake refuses to write the property
+        actions = [json.loads(line) for line in commit_file(path, 0).read_text().splitlines()]
+        metadata = next(a["metaData"] for a in actions if "metaData" in a)
+        metadata["configuration"]["delta.enableInCommitTimestamps"] = "true"
+        commit_file(path, 0).write_text("".join(json.dumps(a) + "\n" for a in actions))
+    for version, ms in ((0, 1_700_000_000_000), (1, 1_700_000_100_000)):
+        set_mtime(path, version, ms)
+    convert(str(path), version=0)
+    incremental = convert(str(path))
+    assert incremental.mode == "incremental"
+    full = convert(str(path), full=True)
+    for result in (incremental, full):
+        snapshot = metadata_of(result.metadata_location)["snapshots"][-1]
+        assert int(snapshot["summary"][DELTA_TIMESTAMP]) == 1_700_000_100_000
+
+
+def test_an_incremental_conversion_refuses_a_commit_without_its_in_commit_timestamp(tmp_path: Path) -> None:
+    """In-commit timestamps on: a commit whose commitInfo lacks one is refused by an incremental conversion as by a
+    snapshot load, not given its file time."""
+    path = tmp_path / "ict"
+    write_deltalake(str(path), _batch(0, 4), partition_by=["label"])
+    write_deltalake(str(path), _batch(4, 2), mode="append", partition_by=["label"])
+    with_in_commit_timestamps(path, {0: 1_700_000_000_000})
+    convert(str(path), version=0)
+    before = sorted(p.name for p in (path / "_iceberg").rglob("*"))
+    with pytest.raises(CorruptLogError, match="inCommitTimestamp") as info:
+        convert(str(path))
+    assert info.value.version == 1 and info.value.file == str(commit_file(path, 1))
+    assert sorted(p.name for p in (path / "_iceberg").rglob("*")) == before
+
+
 def enable_name_mapping(path: Path) -> int:
     """A commit that turns on column mapping mode name, as Delta on Spark's upgrade writes it (existing columns keep
     their names as physical names); returns its version."""
