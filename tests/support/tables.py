@@ -115,6 +115,12 @@ def log_bytes(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((path / "_delta_log").iterdir()) if p.is_file()}
 
 
+def iceberg_files(path: Path) -> list[str]:
+    """Every file under the table's _iceberg folder (none when it is absent), as sorted relative paths: what a
+    refused conversion must leave as it was."""
+    return sorted(p.relative_to(path).as_posix() for p in (path / "_iceberg").rglob("*") if p.is_file())
+
+
 def rows_of(path: Path | str) -> list[dict[str, Any]]:
     """Every row as deltalake (DataFusion, which implements column mapping) reads it, in a canonical order."""
     data = pa.table(QueryBuilder().register("t", PeerTable(str(path))).execute("select * from t").read_all())

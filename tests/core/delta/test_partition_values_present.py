@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 from support.delta_log import edit_commit
+from support.tables import iceberg_files
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -114,14 +115,14 @@ def test_an_incremental_conversion_refuses_an_add_without_a_partition_value(tmp_
     Iceberg table stays at the version converted before."""
     root = _partitioned(tmp_path)
     assert convert(str(root)).delta_version == 1
-    iceberg_files = sorted(p for p in (root / "_iceberg").rglob("*") if p.is_file())
+    before = iceberg_files(root)
     write_deltalake(str(root), pa.table({"id": pa.array([7], pa.int64()), "part": pa.array([20], pa.int64())}),
                     mode="append", partition_by=["part"])
     edit_commit(root, 2, _drop_key)
     with pytest.raises(CorruptLogError, match="no value for the partition column 'part'") as info:
         convert(str(root))
     assert info.value.version == 2 and info.value.file is not None and info.value.file.endswith("2.json")
-    assert sorted(p for p in (root / "_iceberg").rglob("*") if p.is_file()) == iceberg_files
+    assert iceberg_files(root) == before
 
 
 def test_an_add_without_the_key_that_a_later_commit_removes_loads(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 from deltalake import DeltaTable as DeltalakeTable
 from deltalake import QueryBuilder, write_deltalake
 from support.delta_log import append_commit
+from support.tables import iceberg_files
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.compat import validate
@@ -69,10 +70,10 @@ def test_an_incremental_conversion_refuses_a_protocol_without_column_mapping(tmp
                     configuration={"delta.columnMapping.mode": "name"})
     assert DeltaTable(str(root)).snapshot().protocol.min_reader_version == 2
     assert convert(str(root)).delta_version == 0
-    iceberg_files = sorted(p for p in (root / "_iceberg").rglob("*") if p.is_file())
+    before = iceberg_files(root)
     append_commit(root, [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}])
     downgraded = MISMATCH.replace("protocol .*", r"protocol \(reader version 1\)")
     with pytest.raises(CorruptLogError, match=downgraded) as info:
         convert(str(root))
     assert info.value.version == 1
-    assert sorted(p for p in (root / "_iceberg").rglob("*") if p.is_file()) == iceberg_files
+    assert iceberg_files(root) == before

@@ -18,6 +18,7 @@ from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.delta_log import commit_file
 from support.oracle import delta_rows, rows_of
+from support.tables import iceberg_files
 
 from airflow_deltaberg.cli import main as cli_main
 from airflow_deltaberg.core.errors import CorruptLogError
@@ -175,11 +176,11 @@ def test_an_incremental_conversion_refuses_a_commit_without_its_in_commit_timest
     write_deltalake(str(path), _batch(4, 2), mode="append", partition_by=["label"])
     with_in_commit_timestamps(path, {0: 1_700_000_000_000})
     convert(str(path), version=0)
-    before = sorted(p.name for p in (path / "_iceberg").rglob("*"))
+    before = iceberg_files(path)
     with pytest.raises(CorruptLogError, match="inCommitTimestamp") as info:
         convert(str(path))
     assert info.value.version == 1 and info.value.file == str(commit_file(path, 1))
-    assert sorted(p.name for p in (path / "_iceberg").rglob("*")) == before
+    assert iceberg_files(path) == before
 
 
 def enable_name_mapping(path: Path) -> int:

@@ -23,6 +23,7 @@ from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 from support.delta_log import commit_file
+from support.tables import iceberg_files
 
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
@@ -111,14 +112,14 @@ def test_stats_that_are_not_an_object_in_an_incremental_commit_are_refused(stats
     path = tmp_path / "t"
     make_table(path, FILES - 1)
     first = convert(str(path))
-    before = sorted(p.name for p in (path / "_iceberg").rglob("*"))
+    before = iceberg_files(path)
     append_file(path, FILES - 1)
     data_file = edit_add(path, FILES - 1, set_stats(stats))
     with pytest.raises(CorruptLogError) as info:
         convert(str(path))
     message = str(info.value)
     assert f"version {FILES - 1}" in message and data_file in message and commit_file(path, FILES - 1).name in message
-    assert sorted(p.name for p in (path / "_iceberg").rglob("*")) == before, "a refused conversion wrote files"
+    assert iceberg_files(path) == before, "a refused conversion wrote files"
     assert iceberg_ids(first) == list(range(40))
 
 
@@ -215,14 +216,14 @@ def test_num_records_negative_in_an_incremental_commit_is_refused(tmp_path: Path
     path = tmp_path / "t"
     make_table(path, FILES - 1)
     convert(str(path))
-    before = sorted(p.name for p in (path / "_iceberg").rglob("*"))
+    before = iceberg_files(path)
     append_file(path, FILES - 1)
     data_file = edit_add(path, FILES - 1, change_stats(lambda s: s.update(numRecords=-5)))
     with pytest.raises(CorruptLogError) as info:
         convert(str(path))
     message = str(info.value)
     assert f"version {FILES - 1}" in message and data_file in message and "numRecords" in message, message
-    assert sorted(p.name for p in (path / "_iceberg").rglob("*")) == before, "a refused conversion wrote files"
+    assert iceberg_files(path) == before, "a refused conversion wrote files"
 
 
 def test_null_count_beyond_int64_is_refused(tmp_path: Path) -> None:

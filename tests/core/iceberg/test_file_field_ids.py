@@ -14,6 +14,7 @@ from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 from support.delta_log import commit_file, edit_commit, read_actions
+from support.tables import iceberg_files
 
 from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.errors import StatsMismatchError
@@ -116,13 +117,13 @@ def test_an_incremental_conversion_checks_the_added_files(tmp_path: Path) -> Non
     root = tmp_path / "t"
     write_deltalake(str(root), _rows(1))
     assert convert(str(root), verify_stats=True).delta_version == 0
-    iceberg_files = sorted(p for p in (root / "_iceberg").rglob("*") if p.is_file())
+    before = iceberg_files(root)
     write_deltalake(str(root), _rows(3), mode="append")
     data_file = _swap_ids(root, 1)
     with pytest.raises(StatsMismatchError, match="column a has field id 2") as info:
         convert(str(root), verify_stats=True)
     assert info.value.file is not None and info.value.file.endswith(data_file.name)
-    assert sorted(p for p in (root / "_iceberg").rglob("*") if p.is_file()) == iceberg_files
+    assert iceberg_files(root) == before
 
 
 def test_verify_stats_refuses_a_file_whose_ids_swap_two_columns(tmp_path: Path) -> None:

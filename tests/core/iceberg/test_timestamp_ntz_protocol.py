@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from support.delta_log import append_commit, edit_commit
+from support.tables import iceberg_files
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -23,10 +24,6 @@ from airflow_deltaberg.core.iceberg.convert import convert
 LEGACY = {"minReaderVersion": 1, "minWriterVersion": 2}
 STATE_KEY = b"deltaberg.conversion-state"  # the schema metadata of a conversion state file
 REFUSED = "timestamp_ntz column but the protocol .* does not support the timestampNtz feature"
-
-
-def _files(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "_iceberg").rglob("*") if p.is_file())
 
 
 def test_a_timestamp_ntz_column_without_the_feature_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -51,7 +48,7 @@ def test_an_incremental_conversion_refuses_a_commit_that_adds_one_without_the_fe
     root = tmp_path / "t"
     write_deltalake(str(root), pa.table({"id": pa.array([1, 2], pa.int64())}))
     assert convert(str(root)).delta_version == 0
-    before = _files(root)
+    before = iceberg_files(root)
     metadata = DeltaTable(str(root)).snapshot().metadata.to_action()
     schema = json.loads(metadata["schemaString"])
     schema["fields"].append({"name": "at", "type": "timestamp_ntz", "nullable": True, "metadata": {}})
@@ -60,7 +57,7 @@ def test_an_incremental_conversion_refuses_a_commit_that_adds_one_without_the_fe
     with pytest.raises(CorruptLogError, match=REFUSED) as info:
         convert(str(root))
     assert info.value.version == 1
-    assert _files(root) == before
+    assert iceberg_files(root) == before
 
 
 def _add_column(root: Path, name: str, typ: str) -> None:
@@ -79,12 +76,12 @@ def test_an_incremental_conversion_checks_a_new_schema_against_the_protocol_in_f
     write_deltalake(str(root), pa.table({"id": pa.array([1, 2], pa.int64())}))
     assert DeltaTable(str(root)).snapshot().protocol.min_reader_version == 1
     assert convert(str(root)).delta_version == 0
-    before = _files(root)
+    before = iceberg_files(root)
     _add_column(root, "at", "timestamp_ntz")
     with pytest.raises(CorruptLogError, match=REFUSED) as info:
         convert(str(root))
     assert info.value.version == 1 and info.value.file == str(root / "_delta_log" / f"{1:020d}.json")
-    assert _files(root) == before
+    assert iceberg_files(root) == before
 
 
 def _forget_the_protocol(root: Path) -> None:

@@ -20,6 +20,7 @@ from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 from support.cli import run_deltaberg
+from support.tables import iceberg_files
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import StatsMismatchError
@@ -123,14 +124,14 @@ def test_convert_verify_stats_refuses_an_incremental_conversion(tmp_path: Path) 
     path = tmp_path / "t"
     append_file(path, 0)
     first = convert(str(path), verify_stats=True)
-    before = sorted(p.relative_to(path).as_posix() for p in (path / "_iceberg").rglob("*"))
+    before = iceberg_files(path)
     append_file(path, 1)
     append_file(path, 2)
     data_file = falsify(path, 2)
     with pytest.raises(StatsMismatchError) as info:
         convert(str(path), verify_stats=True)
     assert info.value.version == 2 and data_file in str(info.value)
-    assert sorted(p.relative_to(path).as_posix() for p in (path / "_iceberg").rglob("*")) == before
+    assert iceberg_files(path) == before
     assert iceberg_ids(first.metadata_location) == list(range(ROWS))
     result = run_deltaberg("convert", str(path), "--verify-stats")
     assert result.returncode == 2 and "StatsMismatchError" in result.stderr
