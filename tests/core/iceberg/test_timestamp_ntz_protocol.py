@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from support.delta_log import append_commit, edit_commit
-from support.tables import iceberg_files
+from support.tables import forget_the_protocol, iceberg_files, newest_state_header
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -22,7 +22,6 @@ from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.convert import convert
 
 LEGACY = {"minReaderVersion": 1, "minWriterVersion": 2}
-STATE_KEY = b"deltaberg.conversion-state"  # the schema metadata of a conversion state file
 REFUSED = "timestamp_ntz column but the protocol .* does not support the timestampNtz feature"
 
 
@@ -84,32 +83,19 @@ def test_an_incremental_conversion_checks_a_new_schema_against_the_protocol_in_f
     assert iceberg_files(root) == before
 
 
-def _forget_the_protocol(root: Path) -> None:
-    """Make the conversion state look as an earlier release wrote it: without the Delta protocol."""
-    (state_file,) = (root / "_iceberg" / "metadata").glob("*.state.arrow")
-    table = pa.ipc.open_file(pa.py_buffer(state_file.read_bytes())).read_all()
-    about = json.loads(table.schema.metadata[STATE_KEY])
-    assert about.pop("delta_protocol") == {"minReaderVersion": 1, "minWriterVersion": 2}
-    table = table.replace_schema_metadata({STATE_KEY: json.dumps(about).encode()})
-    with pa.ipc.new_file(str(state_file), table.schema) as out:
-        out.write_table(table)
-
-
 def test_a_state_without_the_protocol_falls_back_to_a_full_conversion_on_a_schema_change(tmp_path: Path) -> None:
     """A state written before the protocol was kept: a commit that changes the schema is converted in full (which
     reads the protocol), both when the change is refused and when it is not."""
     root = tmp_path / "t"
     write_deltalake(str(root), pa.table({"id": pa.array([1, 2], pa.int64())}))
     convert(str(root))
-    _forget_the_protocol(root)
+    assert forget_the_protocol(root) == LEGACY
     write_deltalake(str(root), pa.table({"id": pa.array([3], pa.int64())}), mode="append")
     assert convert(str(root)).mode == "incremental"  # no schema change: the state without a protocol serves
     _add_column(root, "n", "long")
     result = convert(str(root))
     assert (result.mode, result.delta_version, result.records) == ("full", 2, 3)
-    newest = max((root / "_iceberg" / "metadata").glob("*.state.arrow"), key=lambda p: p.stat().st_mtime_ns)
-    about = json.loads(pa.ipc.open_file(pa.py_buffer(newest.read_bytes())).schema.metadata[STATE_KEY])
-    assert about["delta_protocol"] == {"minReaderVersion": 1, "minWriterVersion": 2}  # kept for the next run
+    assert newest_state_header(root)["delta_protocol"] == LEGACY  # kept for the next run
     _add_column(root, "at", "timestamp_ntz")
     with pytest.raises(CorruptLogError, match=REFUSED) as info:
         convert(str(root))
