@@ -257,7 +257,7 @@ def _info_from_json(data: dict[str, Any]) -> ManifestFileInfo:
 
 
 def write_state(storage: Storage, manifest_list_key: str, state: ConversionState) -> None:
-    """Write the state as an Arrow IPC file: the manifests' rows, and the Delta version metaData and protocol (JSON) in
+    """Write the state as an Arrow IPC file: the manifests' rows, and the Delta version, metaData and protocol (JSON) in
     the schema's metadata."""
     about = {"delta_version": state.delta_version, "delta_metadata": state.delta_metadata.to_action(),
              "list_rows_version": state.manifests.list_rows_version}
