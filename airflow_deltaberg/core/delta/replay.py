@@ -485,7 +485,18 @@ def refuse_unsupported_metadata(protocol: Protocol, metadata: Metadata, *, table
       another table than some Delta reader does (validate reports it: protocol.reader-version).
     - A timestamp_ntz type: the protocol requires the timestampNtz feature of such a table (Timestamp without
       timezone). delta-kernel refuses it, and Delta on Spark on a table-features protocol
-      (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH)."""
+      (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH).
+    - A reader feature not also listed in ``writerFeatures``: "It is not allowed to list a feature only in
+      `readerFeatures` but not in `writerFeatures`" (Table Features). delta-kernel refuses such a protocol, Delta on
+      Spark such a table (validate reports it)."""
+    if protocol.reader_features is not None and protocol.writer_features is not None:
+        only_read = sorted(protocol.reader_features - protocol.writer_features)
+        if only_read:
+            raise CorruptLogError(
+                f"the protocol lists {', '.join(only_read)} in readerFeatures but not in writerFeatures, which the "
+                "protocol does not allow (delta-kernel and Delta on Spark refuse such a table)",
+                table=table, version=version, file=file,
+            )
     mode = metadata.column_mapping_mode
     if mode in ("id", "name") and "columnMapping" not in protocol.effective_reader_features:
         raise CorruptLogError(

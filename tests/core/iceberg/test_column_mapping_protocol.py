@@ -77,3 +77,26 @@ def test_an_incremental_conversion_refuses_a_protocol_without_column_mapping(tmp
         convert(str(root))
     assert info.value.version == 1
     assert iceberg_files(root) == before
+
+
+def test_a_reader_feature_missing_from_the_writer_features_is_refused(tmp_path: Path) -> None:
+    """columnMapping in readerFeatures only (fuzz seed 13 cases 1405 and 7811, a garbled writerFeatures): the protocol
+    does not allow it, delta-kernel and Delta on Spark refuse the table; convert refuses it too, in full and when a
+    commit sets such a protocol after a conversion. validate still reports it, rule by rule."""
+    root = tmp_path / "t"
+    write_deltalake(str(root), pa.table({"id": pa.array([1, 2], pa.int64())}),
+                    configuration={"delta.columnMapping.mode": "name"})
+    assert convert(str(root)).delta_version == 0
+    before = iceberg_files(root)
+    garbled = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["columnMapping"],
+               "writerFeatures": ["appendOnly", "invariants"]}
+    append_commit(root, [{"protocol": garbled}])
+    refused = "lists columnMapping in readerFeatures but not in writerFeatures"
+    with pytest.raises(CorruptLogError, match=refused) as info:
+        convert(str(root))
+    assert info.value.version == 1 and info.value.file is not None and info.value.file.endswith(f"{1:020d}.json")
+    assert iceberg_files(root) == before
+    with pytest.raises(CorruptLogError, match=refused):
+        convert(str(root), full=True)
+    assert iceberg_files(root) == before
+    assert "protocol.feature.column-mapping" in validate(str(root), "compat-v2").failed_rule_ids
