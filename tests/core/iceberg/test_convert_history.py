@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
-from support.delta_log import commit_file
+from support.delta_log import commit_file, edit_commit
 from support.oracle import delta_rows, rows_of
 from support.tables import forget_the_protocol, iceberg_files
 
@@ -155,14 +155,6 @@ def test_a_state_without_the_protocol_falls_back_to_full_on_in_commit_timestamps
     assert int(metadata_of(incremental.metadata_location)["snapshots"][-1]["summary"][DELTA_TIMESTAMP]) == ict[2]
 
 
-def _stamp_commit_info(path: Path, version: int, ms: int) -> None:
-    """Give commit ``version``'s commitInfo an inCommitTimestamp, nothing else (a writer may; it means nothing while
-    in-commit timestamps are off)."""
-    actions = [json.loads(line) for line in commit_file(path, version).read_text().splitlines()]
-    next(a for a in actions if "commitInfo" in a)["commitInfo"]["inCommitTimestamp"] = ms
-    commit_file(path, version).write_text("".join(json.dumps(a) + "\n" for a in actions))
-
-
 @pytest.mark.parametrize("property_on", [False, True])
 def test_an_in_commit_timestamp_while_they_are_off_is_not_the_commit_time(tmp_path: Path, property_on: bool) -> None:
     """In-commit timestamps are off without the property, and with it but without the protocol's feature: commits
@@ -170,12 +162,12 @@ def test_an_in_commit_timestamp_while_they_are_off_is_not_the_commit_time(tmp_pa
     path = tmp_path / "off"
     write_deltalake(str(path), _batch(0, 4), partition_by=["label"])
     write_deltalake(str(path), _batch(4, 2), mode="append", partition_by=["label"])
-    _stamp_commit_info(path, 1, 1_600_000_000_000)
+    # An inCommitTimestamp and nothing else (a writer may; it means nothing while in-commit timestamps are off).
+    edit_commit(path, 1, lambda actions: next(a["commitInfo"] for a in actions if "commitInfo" in a).update(
+        inCommitTimestamp=1_600_000_000_000))
     if property_on:  # deltalake refuses to write the property
-        actions = [json.loads(line) for line in commit_file(path, 0).read_text().splitlines()]
-        metadata = next(a["metaData"] for a in actions if "metaData" in a)
-        metadata["configuration"]["delta.enableInCommitTimestamps"] = "true"
-        commit_file(path, 0).write_text("".join(json.dumps(a) + "\n" for a in actions))
+        edit_commit(path, 0, lambda actions: next(a["metaData"] for a in actions if "metaData" in a)[
+            "configuration"].update({"delta.enableInCommitTimestamps": "true"}))
     for version, ms in ((0, 1_700_000_000_000), (1, 1_700_000_100_000)):
         set_mtime(path, version, ms)
     convert(str(path), version=0)

@@ -41,6 +41,16 @@ def test_a_timestamp_ntz_column_without_the_feature_is_refused(tmp_path: Path, c
     assert not (root / "_iceberg").exists()
 
 
+def _add_column(root: Path, name: str, typ: str, protocol: dict[str, int] | None = None) -> None:
+    """A commit holding a metaData whose schema has one more column, after ``protocol`` when given (else the
+    protocol stays as it is)."""
+    metadata = DeltaTable(str(root)).snapshot().metadata.to_action()
+    schema = json.loads(metadata["schemaString"])
+    schema["fields"].append({"name": name, "type": typ, "nullable": True, "metadata": {}})
+    metadata["schemaString"] = json.dumps(schema)
+    append_commit(root, [*([{"protocol": protocol}] if protocol else []), {"metaData": metadata}])
+
+
 def test_an_incremental_conversion_refuses_a_commit_that_adds_one_without_the_feature(tmp_path: Path) -> None:
     """A commit that sets a legacy protocol and a schema with a timestamp_ntz column: refused before its snapshot is
     written; the Iceberg table stays as it was."""
@@ -48,24 +58,11 @@ def test_an_incremental_conversion_refuses_a_commit_that_adds_one_without_the_fe
     write_deltalake(str(root), pa.table({"id": pa.array([1, 2], pa.int64())}))
     assert convert(str(root)).delta_version == 0
     before = iceberg_files(root)
-    metadata = DeltaTable(str(root)).snapshot().metadata.to_action()
-    schema = json.loads(metadata["schemaString"])
-    schema["fields"].append({"name": "at", "type": "timestamp_ntz", "nullable": True, "metadata": {}})
-    metadata["schemaString"] = json.dumps(schema)
-    append_commit(root, [{"protocol": LEGACY}, {"metaData": metadata}])
+    _add_column(root, "at", "timestamp_ntz", protocol=LEGACY)
     with pytest.raises(CorruptLogError, match=REFUSED) as info:
         convert(str(root))
     assert info.value.version == 1
     assert iceberg_files(root) == before
-
-
-def _add_column(root: Path, name: str, typ: str) -> None:
-    """A commit holding only a metaData whose schema has one more column (the protocol stays as it is)."""
-    metadata = DeltaTable(str(root)).snapshot().metadata.to_action()
-    schema = json.loads(metadata["schemaString"])
-    schema["fields"].append({"name": name, "type": typ, "nullable": True, "metadata": {}})
-    metadata["schemaString"] = json.dumps(schema)
-    append_commit(root, [{"metaData": metadata}])
 
 
 def test_an_incremental_conversion_checks_a_new_schema_against_the_protocol_in_force(tmp_path: Path) -> None:
