@@ -11,10 +11,10 @@ excluded), the peak RSS (``ru_maxrss``) is that process's. Figures are the media
   ("append"), and 100 removes plus 100 adds ("remove+add", which rewrites the manifests holding the
   removed files). The commit is written before and taken away after every run, together with the Iceberg
   files the run wrote, so each run starts from the same converted table;
-* naive: the entries of the converted 1M table written with pyiceberg's per-object manifest writer
-  (``pyiceberg.manifest.write_manifest`` with ``DataFile`` objects) on the first ``--naive-entries`` entries,
-  extrapolated to the full count, against this project's column-at-a-time ``write_manifest`` on the same
-  entries and on all of them.
+* naive: the entries of the 1M table (as its full conversion writes them) written with pyiceberg's per-object
+  manifest writer (``pyiceberg.manifest.write_manifest`` with ``DataFile`` objects) on the first
+  ``--naive-entries`` entries, extrapolated to the full count, against this project's column-at-a-time
+  ``write_manifest`` on the same entries and on all of them.
 
 * ratio to deltalake: the whole command ``deltaberg convert TABLE --full --format json`` against a whole process
   running deltalake's ``DeltaTable(TABLE).get_add_actions(flatten=True)`` (which parses every add's stats into
@@ -101,34 +101,34 @@ def _convert_child(mode: str, path: str, profile_out: str | None) -> dict:
     return figures
 
 
-def _current_entries(path: str) -> tuple[object, list, object, object, int]:
-    """The storage, the manifest records (with their Arrow entry copies) of the table's current snapshot, and
-    its schema, spec and snapshot id."""
-    from airflow_deltaberg.core.iceberg.conversion_state import read_state
+def _converted_entries(path: str, workdir: str, limit: int | None) -> tuple[object, object, int, object]:
+    """The manifest entries (every column, stats included) a full conversion of a linked copy of ``path`` writes,
+    in manifest order (the first ``limit``), with the table's schema, spec and snapshot id. The conversion state
+    keeps no stats (the copies hold row starts only), so they are taken as the conversion writes them."""
+    import pyarrow as pa
+
+    from airflow_deltaberg.core.iceberg import conversion_state
+    from airflow_deltaberg.core.iceberg.convert import convert
     from airflow_deltaberg.core.iceberg.publish import latest_metadata
     from airflow_deltaberg.core.storage import open_storage
 
-    storage = open_storage(path)
-    metadata = latest_metadata(storage).metadata
-    snapshot = metadata.snapshot_by_id(metadata.current_snapshot_id)
-    state = read_state(storage, snapshot.manifest_list)  # the state kept beside the manifest list
-    return storage, list(state.manifests), metadata.schema(), metadata.spec(), metadata.current_snapshot_id
+    captured: list[pa.Table] = []
+    index = conversion_state.entries_index
 
+    def capture(entries: pa.Table, row_starts: object) -> pa.Table:
+        captured.append(entries)
+        return index(entries, row_starts)
 
-def _read_entries(storage, records: list, limit: int | None):  # noqa: ANN001, ANN202 - pyarrow in the child
-    import pyarrow as pa
-
-    from airflow_deltaberg.core.iceberg.conversion_state import read_entries
-
-    tables, rows = [], 0
-    for record in records:
-        table = read_entries(storage, record)
-        tables.append(table)
-        rows += table.num_rows
-        if limit is not None and rows >= limit:
-            break
-    table = pa.concat_tables(tables)
-    return table if limit is None else table.slice(0, limit)
+    conversion_state.entries_index = capture
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        copy = linked_copy(Path(path), Path(tmp) / "t")
+        convert(str(copy), full=True)
+        metadata = latest_metadata(open_storage(str(copy))).metadata
+    conversion_state.entries_index = index
+    entries = pa.concat_tables(captured)
+    if limit is not None:
+        entries = entries.slice(0, limit)
+    return entries, metadata.schema(), metadata.current_snapshot_id, metadata.spec()
 
 
 def _naive_ours_child(path: str, entries: int, workdir: str) -> dict:
@@ -136,9 +136,8 @@ def _naive_ours_child(path: str, entries: int, workdir: str) -> dict:
     from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS
     from airflow_deltaberg.core.iceberg.manifest import write_manifest
 
-    storage, records, schema, spec, snapshot_id = _current_entries(path)
-    subset = _read_entries(storage, records, entries)
-    everything = _read_entries(storage, records, None)
+    everything, schema, snapshot_id, spec = _converted_entries(path, workdir, None)
+    subset = everything.slice(0, entries)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         def write_subset() -> dict:
             write_manifest(os.path.join(tmp, "subset.avro"), subset, schema=schema, spec=spec,
@@ -168,9 +167,10 @@ def _naive_pyiceberg_child(path: str, entries: int, workdir: str, profile_out: s
     from pyiceberg.manifest import write_manifest as pyiceberg_write_manifest
     from pyiceberg.typedef import Record
 
-    storage, records, schema, spec, snapshot_id = _current_entries(path)
-    total = sum(r.info.added_files_count + r.info.existing_files_count + r.info.deleted_files_count for r in records)
-    subset = _read_entries(storage, records, entries)
+    everything, schema, snapshot_id, spec = _converted_entries(path, workdir, None)
+    total = everything.num_rows
+    subset = everything.slice(0, entries)
+    del everything
     names = [f.name for f in spec.partition_type(schema).fields]
 
     def as_dict(items: list | dict | None) -> dict | None:

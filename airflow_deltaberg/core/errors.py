@@ -118,6 +118,11 @@ class ConcurrentConversionError(DeltabergError):
     retryable = True
 
 
+class ConversionStateError(DeltabergError):
+    """The conversion state kept beside the Iceberg metadata does not match the manifest it describes (a file
+    changed or damaged after it was written); a full conversion (``full=True``) writes both again."""
+
+
 class DeleteFileMismatchError(DeltabergError):
     """A delete file already at its deterministic name does not hold the rows this conversion derives."""
 
@@ -157,6 +162,10 @@ class ComplianceViolationError(DeltabergError):
 class SparkStartError(DeltabergError):
     """A local Spark could not start: the jars or the Java it needs are missing, or its JVM exited. The message
     names what was looked for and where."""
+
+
+class AvroContainerError(ValueError):
+    """Bytes that are not a well-formed Avro object container file."""
 
 
 class RoaringFormatError(ValueError):

@@ -3,12 +3,14 @@
 Per Iceberg snapshot, ``<manifest list>.state.arrow`` (named after the snapshot's manifest list, which is
 unique per attempt, so a converter that lost a race never overwrites the winner's) records the Delta
 version and its metaData action, and for each manifest of the snapshot its manifest-list row (as fields, and as
-the Avro bytes the manifest list holds), the path range of its files, and an Arrow copy of its entries
-(``<manifest>.entries.arrow``, an Arrow IPC file; earlier versions of this converter wrote ``.entries.parquet``,
-still read). With it, an incremental run reads only the commits after the converted version, rewrites only the
-manifests a removal touches, and copies the rows of the manifests it keeps into the new manifest list and state
-as they are: a commit costs what it changes, not what the table holds (``ManifestTable``). Earlier versions kept
-the state as JSON (``<manifest list>.state.json``), still read.
+the Avro bytes the manifest list holds), the path range of its files, and a copy of its entries
+(``<manifest>.entries.arrow``, an Arrow IPC file: the columns a later run changes or looks up, and where each entry's
+row starts in the manifest, whose bytes give the stats back: ``manifest_rows``; earlier versions of this converter
+copied every column, as Arrow or as ``.entries.parquet``, still read). With it, an incremental run reads only the
+commits after the converted version, rewrites only the manifests a removal touches, and copies the rows of the
+manifests it keeps into the new manifest list and state as they are: a commit costs what it changes, not what the
+table holds (``ManifestTable``). Earlier versions kept the state as JSON (``<manifest list>.state.json``), still
+read.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from airflow_deltaberg.core.iceberg.manifest import (
     manifest_list_columns,
     write_manifest,
 )
+from airflow_deltaberg.core.iceberg.manifest_rows import ROW_START, entries_index, index_entries
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 
@@ -304,10 +307,10 @@ def write_manifest_record(
     storage: Storage, entries: pa.Table, schema: Schema, spec: PartitionSpec, snapshot_id: int, sequence_number: int,
     *, content: str = "data", format_version: int = 2, attempt: str = "",
 ) -> ManifestRecord:
-    """Write a manifest added by snapshot ``snapshot_id`` (sequence ``sequence_number``) and the Arrow copy
-    of its entries; its manifest-list row comes back with them, sequence numbers resolved. The path range
-    kept is that of the data files the entries describe (``referenced_data_file`` for delete manifests).
-    The file names start with ``attempt`` (see ``attempt_keys``)."""
+    """Write a manifest added by snapshot ``snapshot_id`` (sequence ``sequence_number``) and the copy of its
+    entries (``manifest_rows.entries_index``); its manifest-list row comes back with them, sequence numbers
+    resolved. The path range kept is that of the data files the entries describe (``referenced_data_file`` for
+    delete manifests). The file names start with ``attempt`` (see ``attempt_keys``)."""
     name = f"{METADATA_DIR}/{attempt_prefix(attempt)}{uuid.uuid4()}-m0"
     fs, path = storage.arrow_path(f"{name}.avro")
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
@@ -315,10 +318,11 @@ def write_manifest_record(
                              filesystem=fs, format_version=format_version)
     entries_key = f"{name}.entries.arrow"
     efs, epath = storage.arrow_path(entries_key)
-    # Read back only when a removal touches the manifest: an Arrow IPC file with compressed buffers is written in
-    # less than half the time of the smallest Parquet.
-    with efs.open_output_stream(epath) as stream, pa.ipc.new_file(stream, entries.schema, options=IPC_OPTIONS) as out:
-        out.write_table(entries)
+    # Read back only when a removal touches the manifest. It keeps what a rewrite changes or looks up, and where
+    # each entry's row starts in the manifest: the stats are read back from the manifest itself.
+    index = entries_index(entries, summary.row_starts)
+    with efs.open_output_stream(epath) as stream, pa.ipc.new_file(stream, index.schema, options=IPC_OPTIONS) as out:
+        out.write_table(index)
     bounds = pc.min_max(entries.column(data_path_column(content)))
     info = summary.manifest_file(storage.uri(f"{name}.avro"))
     info = replace(info, sequence_number=sequence_number,
@@ -342,10 +346,17 @@ def attempt_keys(storage: Storage, attempt: str) -> list[str]:
 
 
 def read_entries(storage: Storage, record: ManifestRecord) -> pa.Table:
+    """The entries of a manifest, as ``write_manifest`` takes them again: the columns its copy keeps, and (for
+    copies that keep where each row starts) each entry's data_file bytes up to its tail, read from the manifest
+    (``PREFIX_COLUMN``). Copies written before that keep every column."""
     fs, path = storage.arrow_path(record.entries_key)
     if not record.entries_key.endswith(".parquet"):
         with fs.open_input_file(path) as source:
-            return pa.ipc.open_file(source).read_all()
+            entries = pa.ipc.open_file(source).read_all()
+        if ROW_START not in entries.column_names:
+            return entries
+        manifest_key = record.entries_key.removesuffix(".entries.arrow") + ".avro"
+        return index_entries(entries, storage.read(manifest_key), storage.uri(manifest_key))
     # Parquet copies (earlier versions) have no partition column for an unpartitioned table: Parquet cannot
     # store a struct without fields.
     entries = pq.read_table(path, filesystem=fs)

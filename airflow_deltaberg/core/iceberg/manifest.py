@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, FloatType, IcebergType, StructType
 
 from airflow_deltaberg.core.iceberg.arrow_values import int_values, validity
-from airflow_deltaberg.core.iceberg.avro_encode import AvroContainerWriter
+from airflow_deltaberg.core.iceberg.avro_encode import AvroContainerWriter, binary_parts
 from airflow_deltaberg.core.iceberg.avro_iceberg import avro_schema, encode_rows
 from airflow_deltaberg.core.iceberg.manifest_schema import (
     FIELD_SUMMARY_TYPE,
@@ -38,6 +39,9 @@ __all__ = [
     "FieldSummary",
     "ManifestFileInfo",
     "ManifestSummary",
+    "ENTRY_HEADER_TYPE",
+    "PREFIX_COLUMN",
+    "data_file_tail_type",
     "assign_first_row_ids",
     "assign_sequence_numbers",
     "encode_manifest_list_rows",
@@ -51,11 +55,16 @@ __all__ = [
 
 STATUS_EXISTING, STATUS_ADDED, STATUS_DELETED = 0, 1, 2
 MANIFEST_CONTENT = {"data": 0, "deletes": 1}
+#: An entries column holding each entry's data_file encoded already up to its tail (``data_file_tail_type``):
+#: a manifest rewritten from the one it replaces copies these bytes instead of encoding the stats again.
+PREFIX_COLUMN = "data_file_prefix"
 ENTRY_COLUMNS = {
-    version: frozenset(["status", "snapshot_id", "sequence_number", "file_sequence_number"]
+    version: frozenset(["status", "snapshot_id", "sequence_number", "file_sequence_number", PREFIX_COLUMN]
                        + [f.name for f in data_file_type(StructType(), version).fields])
     for version in (2, 3)
 }
+#: The manifest_entry fields before data_file, which a rewrite changes (status, snapshot id, sequence numbers).
+ENTRY_HEADER_TYPE = StructType(*manifest_entry_type(StructType()).fields[:4])
 FORMAT_VERSIONS = (2, 3)
 DEFAULT_CHUNK_ROWS = 8_192  # as fast as larger chunks (cache-sized), and less memory per writer thread
 DEFAULT_BLOCK_ROWS = 4_096
@@ -117,6 +126,8 @@ class ManifestSummary:
     deleted_rows_count: int
     min_sequence_number: int | None
     partitions: tuple[FieldSummary, ...]
+    #: Where each entry's encoded row starts in the manifest's rows joined (its blocks inflated, one after another).
+    row_starts: np.ndarray | None = dataclass_field(default=None, compare=False, repr=False)
 
     def manifest_file(self, path: str | None = None) -> ManifestFileInfo:
         """The manifest list row for this manifest, stored at ``path`` (default: where it was written)."""
@@ -139,6 +150,14 @@ class ManifestSummary:
             min_sequence_number=self.min_sequence_number,
             partitions=self.partitions,
         )
+
+
+def data_file_tail_type(format_version: int = 2) -> StructType:
+    """The data_file fields after ``sort_order_id`` (row lineage and what a delete file references), which a
+    rewrite may change: a rewritten v3 data entry gets its inherited ``first_row_id`` written out."""
+    fields = data_file_type(StructType(), format_version).fields
+    first = next(i for i, f in enumerate(fields) if f.name in ("first_row_id", "referenced_data_file"))
+    return StructType(*fields[first:])
 
 
 @contextmanager
@@ -194,7 +213,9 @@ def write_manifest(
     column_sizes, value_counts, null_value_counts, nan_value_counts, lower_bounds, upper_bounds, key_metadata,
     split_offsets, equality_ids, sort_order_id, referenced_data_file, and in v3 first_row_id, content_offset,
     content_size_in_bytes); absent optional columns are written as null, an absent ``content`` as 0 in data
-    manifests. Maps are list<struct<key, value>> or map columns.
+    manifests. Maps are list<struct<key, value>> or map columns. With a ``data_file_prefix`` column (``PREFIX_COLUMN``),
+    each entry's data_file up to its tail (``data_file_tail_type``) is those bytes, as read back from an earlier
+    manifest, and only the entry's header and tail are encoded.
 
     Rows are encoded ``chunk_rows`` at a time and stored in Avro blocks of ``block_rows``. ``deflate`` uses zlib
     level ``compression_level`` (1: about 2.5x faster than zlib's default 6 for ~5% larger files) on
@@ -208,6 +229,11 @@ def write_manifest(
     partition_type = spec.partition_type(schema)
     table = _checked_entries(table, partition_type, content, snapshot_id, format_version)
     entry_type = manifest_entry_type(partition_type, format_version)
+    tail_type = data_file_tail_type(format_version)
+    prefixed = PREFIX_COLUMN in table.column_names
+    if prefixed and table.column(PREFIX_COLUMN).null_count:
+        raise ValueError(f"null in column {PREFIX_COLUMN!r}")
+    row_lengths: list[np.ndarray] = []
     if compression_threads is None:
         compression_threads = min(4, os.cpu_count() or 1)
     with (
@@ -224,10 +250,20 @@ def write_manifest(
     ):
         for batch in table.to_batches(max_chunksize=chunk_rows):
             columns = dict(zip(batch.schema.names, batch.columns, strict=True))
-            rows = encode_rows(entry_type, {**columns, "data_file": columns}, batch.num_rows)
+            if prefixed:
+                rows = pc.binary_join_element_wise(encode_rows(ENTRY_HEADER_TYPE, columns, batch.num_rows),
+                                                   columns[PREFIX_COLUMN],
+                                                   encode_rows(tail_type, columns, batch.num_rows), b"")
+            else:
+                rows = encode_rows(entry_type, {**columns, "data_file": columns}, batch.num_rows)
+            row_lengths.append(np.diff(binary_parts(rows)[0]))
             writer.write_rows(rows, block_rows)
     path = None if hasattr(output, "write") else os.fspath(output)
-    return _summarize(table, partition_type, path, writer.bytes_written, spec.spec_id, content, snapshot_id)
+    summary = _summarize(table, partition_type, path, writer.bytes_written, spec.spec_id, content, snapshot_id)
+    lengths = np.concatenate(row_lengths) if row_lengths else np.zeros(0, np.int64)
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return replace(summary, row_starts=starts)
 
 
 def _checked_entries(table: pa.Table, partition_type: StructType, content: str, snapshot_id: int,

@@ -1,7 +1,7 @@
 """The conversion state beside each manifest list: an Arrow IPC file (earlier versions of the converter wrote
 JSON, still read), naming Arrow copies of manifest entries that are Arrow IPC files (copies written as Parquet by
-earlier versions are still read), so an incremental run on a table converted by them rewrites the manifests a
-removal touches as before."""
+earlier versions, and copies of every column, stats included, are still read), so an incremental run on a table
+converted by them rewrites the manifests a removal touches as before."""
 
 from __future__ import annotations
 
@@ -50,6 +50,11 @@ def _ids(table: pa.Table) -> list[int]:
     return sorted(table.column("id").to_pylist())
 
 
+def _full_entry_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies of every entry column, stats included, as versions before the copies kept row starts wrote them."""
+    monkeypatch.setattr(conversion_state, "entries_index", lambda entries, row_starts: entries)
+
+
 def _as_earlier_versions_wrote_it(path: Path) -> int:
     """Turn the current snapshot's entry copies into Parquet files (without the partition column when it has no
     fields) and its state into the JSON document earlier versions wrote, naming them; returns how many copies were
@@ -65,6 +70,7 @@ def _as_earlier_versions_wrote_it(path: Path) -> int:
     for record in state.manifests:
         assert record.entries_key.endswith(".entries.arrow")
         entries = read_entries(storage, record)
+        assert "lower_bounds" in entries.column_names  # a full copy, as those versions wrote
         if entries.schema.field("partition").type.num_fields == 0:
             entries = entries.drop_columns(["partition"])
         old_key = record.entries_key.removesuffix(".arrow") + ".parquet"
@@ -79,13 +85,16 @@ def _as_earlier_versions_wrote_it(path: Path) -> int:
 
 
 @pytest.mark.parametrize("partitioned", [True, False])
-def test_a_removal_on_a_table_with_parquet_entry_copies(tmp_path: Path, partitioned: bool) -> None:
+def test_a_removal_on_a_table_with_parquet_entry_copies(tmp_path: Path, partitioned: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t"
     partition_by = ["p"] if partitioned else None
     write_deltalake(str(path), _rows(0, 6), partition_by=partition_by)
     write_deltalake(str(path), _rows(10, 6), mode="append", partition_by=partition_by)
+    _full_entry_copies(monkeypatch)
     convert(str(path))
     assert _as_earlier_versions_wrote_it(path) >= 1
+    monkeypatch.undo()
 
     deltalake.DeltaTable(str(path)).delete("id % 3 = 0")
     result = convert(str(path))
@@ -108,6 +117,7 @@ def test_a_removal_on_a_table_whose_entry_copies_are_zstd_compressed(tmp_path: P
     write_deltalake(str(path), _rows(0, 6), partition_by=["p"])
     write_deltalake(str(path), _rows(10, 6), mode="append", partition_by=["p"])
     monkeypatch.setattr(conversion_state, "IPC_OPTIONS", pa.ipc.IpcWriteOptions(compression="zstd"))
+    _full_entry_copies(monkeypatch)
     convert(str(path))
     copies = list((path / "_iceberg" / "metadata").glob("*.entries.arrow"))
     assert copies and all(_codec(c) == "ZSTD" for c in copies)
