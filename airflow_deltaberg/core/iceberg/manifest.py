@@ -66,7 +66,9 @@ ENTRY_COLUMNS = {
 #: The manifest_entry fields before data_file, which a rewrite changes (status, snapshot id, sequence numbers).
 ENTRY_HEADER_TYPE = StructType(*manifest_entry_type(StructType()).fields[:4])
 FORMAT_VERSIONS = (2, 3)
-DEFAULT_CHUNK_ROWS = 8_192  # as fast as larger chunks (cache-sized), and less memory per writer thread
+# A whole 25k-entry manifest in one chunk: two writers encode at once, and with 8k-row chunks they wait on each
+# other for the GIL between numpy calls (300k entries written two at a time: 0.88 s against 1.13 s wall, 6 rounds).
+DEFAULT_CHUNK_ROWS = 32_768
 DEFAULT_BLOCK_ROWS = 4_096
 #: Arrow types of the manifest_file fields that are not longs.
 MANIFEST_LIST_ARROW_TYPES = {
