@@ -80,6 +80,8 @@ class TableState:
     checkpoint_add_index: np.ndarray | None = None
     # (version, log file) of the later of the protocol and metaData in force: where the table was last defined.
     defined_in: tuple[int, str] | None = None
+    # (version, log file) of the protocol in force.
+    protocol_defined_in: tuple[int, str] | None = None
 
 
 def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> tuple[ActionBatch, CheckpointStats]:
@@ -162,7 +164,8 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     batches.append(read_json_actions(storage, table, list(segment.commits), partition_columns=known))
 
     other = [a for b in batches for a in b.other_actions]
-    protocol, metadata, txns, domains, commit_info, defined_in = _reconcile_other(storage, table, other, segment)
+    protocol, metadata, txns, domains, commit_info, defined_in, protocol_in = _reconcile_other(storage, table, other,
+                                                                                              segment)
     if protocol is None or metadata is None:
         missing = "protocol" if protocol is None else "metaData"
         raise CorruptLogError(
@@ -211,7 +214,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             add_index = np.full(len(add_rows), -1, dtype=np.int64)
             add_index[from_cp] = ordinal[add_rows[from_cp]]
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index,
-                      defined_in)
+                      defined_in, protocol_in)
 
 
 def _newest_per_logical_file(files: pa.Table, n_reconciled: int,
@@ -425,7 +428,7 @@ def _reconcile_other(
     storage: Storage, table: str, actions: list[tuple[int, str, dict[str, Any]]], segment: LogSegment
 ) -> tuple[
     Protocol | None, Metadata | None, dict[str, Transaction], dict[str, DomainMetadata], dict[str, Any] | None,
-    tuple[int, str] | None,
+    tuple[int, str] | None, tuple[int, str] | None,
 ]:
     check_one_protocol_and_metadata(actions, table, lambda version: _source_file(storage, segment, version))
     # Only the protocol and metaData in force (the last ones) are read: an earlier one may be incomplete, as
@@ -466,11 +469,28 @@ def _reconcile_other(
         with _naming_the_action(storage, table, segment, version, "metaData"):
             metadata = Metadata.from_action(body)
             metadata.check()  # the schema parsed now, so that a bad schemaString names its file
-    defined_in = None
+    defined_in = protocol_in = None
     if in_force:
         version = max(version for version, _ in in_force.values())
         defined_in = (version, _source_file(storage, segment, version))
-    return protocol, metadata, txns, domains, commit_info, defined_in
+    if "protocol" in in_force:
+        version = in_force["protocol"][0]
+        protocol_in = (version, _source_file(storage, segment, version))
+    return protocol, metadata, txns, domains, commit_info, defined_in, protocol_in
+
+
+def refuse_reader_only_features(protocol: Protocol, *, table: str, version: int, file: str | None) -> None:
+    """Raise CorruptLogError for a reader feature not also listed in ``writerFeatures``: "It is not allowed to list a
+    feature only in `readerFeatures` but not in `writerFeatures`" (Table Features). delta-kernel refuses such a
+    protocol, Delta on Spark such a table (validate reports it). ``version`` and ``file``: where the protocol is."""
+    if protocol.reader_features is not None and protocol.writer_features is not None:
+        only_read = sorted(protocol.reader_features - protocol.writer_features)
+        if only_read:
+            raise CorruptLogError(
+                f"the protocol lists {', '.join(only_read)} in readerFeatures but not in writerFeatures, which the "
+                "protocol does not allow (delta-kernel and Delta on Spark refuse such a table)",
+                table=table, version=version, file=file,
+            )
 
 
 def refuse_unsupported_metadata(protocol: Protocol, metadata: Metadata, *, table: str, version: int,
@@ -486,17 +506,8 @@ def refuse_unsupported_metadata(protocol: Protocol, metadata: Metadata, *, table
     - A timestamp_ntz type: the protocol requires the timestampNtz feature of such a table (Timestamp without
       timezone). delta-kernel refuses it, and Delta on Spark on a table-features protocol
       (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH).
-    - A reader feature not also listed in ``writerFeatures``: "It is not allowed to list a feature only in
-      `readerFeatures` but not in `writerFeatures`" (Table Features). delta-kernel refuses such a protocol, Delta on
-      Spark such a table (validate reports it)."""
-    if protocol.reader_features is not None and protocol.writer_features is not None:
-        only_read = sorted(protocol.reader_features - protocol.writer_features)
-        if only_read:
-            raise CorruptLogError(
-                f"the protocol lists {', '.join(only_read)} in readerFeatures but not in writerFeatures, which the "
-                "protocol does not allow (delta-kernel and Delta on Spark refuse such a table)",
-                table=table, version=version, file=file,
-            )
+    - A reader feature not also listed in ``writerFeatures`` (``refuse_reader_only_features``)."""
+    refuse_reader_only_features(protocol, table=table, version=version, file=file)
     mode = metadata.column_mapping_mode
     if mode in ("id", "name") and "columnMapping" not in protocol.effective_reader_features:
         raise CorruptLogError(

@@ -68,6 +68,11 @@ class Snapshot:
         return self.state.defined_in
 
     @property
+    def protocol_defined_in(self) -> tuple[int, str] | None:
+        """(version, log file) of the protocol in force."""
+        return self.state.protocol_defined_in
+
+    @property
     def schema(self) -> StructType:
         return self.state.metadata.schema
 

@@ -23,7 +23,7 @@ from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot, stats_template
 from airflow_deltaberg.core.delta.paths import files_outside_table
-from airflow_deltaberg.core.delta.replay import refuse_unsupported_metadata
+from airflow_deltaberg.core.delta.replay import refuse_reader_only_features, refuse_unsupported_metadata
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, read_state
@@ -76,6 +76,9 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     """One Iceberg snapshot listing every live file of ``snapshot``."""
     storage = table.storage
     version, file = snapshot.defined_in or (snapshot.version, None)
+    # A rule of the protocol alone names the protocol's file, which may be older than the metaData's.
+    protocol_version, protocol_file = snapshot.protocol_defined_in or (version, file)
+    refuse_reader_only_features(snapshot.protocol, table=table.location, version=protocol_version, file=protocol_file)
     refuse_unsupported_metadata(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
                                 file=file)
     plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.protocol, snapshot.version, snapshot.timestamp,

@@ -100,3 +100,21 @@ def test_a_reader_feature_missing_from_the_writer_features_is_refused(tmp_path: 
         convert(str(root), full=True)
     assert iceberg_files(root) == before
     assert "protocol.feature.column-mapping" in validate(str(root), "compat-v2").failed_rule_ids
+
+
+def test_a_reader_feature_missing_from_the_writer_features_names_the_protocols_file(tmp_path: Path) -> None:
+    """The protocol set at version 1, a metaData at version 2: the full conversion's refusal names version 1, where
+    the protocol breaks the rule, not the later file that defined the metaData."""
+    root = tmp_path / "t"
+    write_deltalake(str(root), pa.table({"id": pa.array([1, 2], pa.int64())}),
+                    configuration={"delta.columnMapping.mode": "name"})
+    garbled = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["columnMapping"],
+               "writerFeatures": ["appendOnly", "invariants"]}
+    append_commit(root, [{"protocol": garbled}])
+    metadata = DeltaTable(str(root)).snapshot().metadata.to_action()
+    metadata["configuration"] = {**metadata["configuration"], "delta.appendOnly": "false"}
+    append_commit(root, [{"metaData": metadata}])
+    with pytest.raises(CorruptLogError, match="lists columnMapping in readerFeatures but not in writerFeatures") as info:
+        convert(str(root))
+    assert info.value.version == 1 and info.value.file is not None and info.value.file.endswith(f"{1:020d}.json")
+    assert not (root / "_iceberg").exists()
