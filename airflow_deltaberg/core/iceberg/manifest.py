@@ -68,7 +68,11 @@ ENTRY_HEADER_TYPE = StructType(*manifest_entry_type(StructType()).fields[:4])
 FORMAT_VERSIONS = (2, 3)
 # A whole 25k-entry manifest in one chunk: two writers encode at once, and with 8k-row chunks they wait on each
 # other for the GIL between numpy calls (300k entries written two at a time: 0.88 s against 1.13 s wall, 6 rounds).
+# Wide entries (stats of hundreds of columns) get fewer rows, so that a chunk's encoding stays near CHUNK_BYTES
+# (and far from Arrow's 2 GiB binary limit).
 DEFAULT_CHUNK_ROWS = 32_768
+MIN_CHUNK_ROWS = 1_024
+CHUNK_BYTES = 64 << 20
 DEFAULT_BLOCK_ROWS = 4_096
 #: Arrow types of the manifest_file fields that are not longs.
 MANIFEST_LIST_ARROW_TYPES = {
@@ -202,7 +206,7 @@ def write_manifest(
     codec: str = "deflate",
     compression_level: int = 1,
     compression_threads: int | None = None,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    chunk_rows: int | None = None,
     block_rows: int = DEFAULT_BLOCK_ROWS,
     sync_marker: bytes | None = None,
     format_version: int = 2,
@@ -219,9 +223,9 @@ def write_manifest(
     each entry's data_file up to its tail (``data_file_tail_type``) is those bytes, as read back from an earlier
     manifest, and only the entry's header and tail are encoded.
 
-    Rows are encoded ``chunk_rows`` at a time and stored in Avro blocks of ``block_rows``. ``deflate`` uses zlib
-    level ``compression_level`` (1: about 2.5x faster than zlib's default 6 for ~5% larger files) on
-    ``compression_threads`` threads (default: up to 4, one per core).
+    Rows are encoded ``chunk_rows`` at a time (default: ``DEFAULT_CHUNK_ROWS``, fewer for wide entries) and stored
+    in Avro blocks of ``block_rows``. ``deflate`` uses zlib level ``compression_level`` (1: about 2.5x faster than
+    zlib's default 6 for ~5% larger files) on ``compression_threads`` threads (default: up to 4, one per core).
     """
     if content not in MANIFEST_CONTENT:
         raise ValueError(f"manifest content must be 'data' or 'deletes', got {content!r}")
@@ -236,6 +240,8 @@ def write_manifest(
     if prefixed and table.column(PREFIX_COLUMN).null_count:
         raise ValueError(f"null in column {PREFIX_COLUMN!r}")
     row_lengths: list[np.ndarray] = []
+    if chunk_rows is None:
+        chunk_rows = _chunk_rows(table)
     if compression_threads is None:
         compression_threads = min(4, os.cpu_count() or 1)
     with (
@@ -266,6 +272,12 @@ def write_manifest(
     starts = np.zeros(len(lengths), np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     return replace(summary, row_starts=starts)
+
+
+def _chunk_rows(table: pa.Table) -> int:
+    """Rows of ``table`` to encode at once: ``DEFAULT_CHUNK_ROWS``, fewer where its rows are wide."""
+    row_bytes = table.nbytes // max(table.num_rows, 1)
+    return max(MIN_CHUNK_ROWS, min(DEFAULT_CHUNK_ROWS, CHUNK_BYTES // max(row_bytes, 1)))
 
 
 def _checked_entries(table: pa.Table, partition_type: StructType, content: str, snapshot_id: int,

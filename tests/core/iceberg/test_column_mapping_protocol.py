@@ -114,7 +114,8 @@ def test_a_reader_feature_missing_from_the_writer_features_names_the_protocols_f
     metadata = DeltaTable(str(root)).snapshot().metadata.to_action()
     metadata["configuration"] = {**metadata["configuration"], "delta.appendOnly": "false"}
     append_commit(root, [{"metaData": metadata}])
-    with pytest.raises(CorruptLogError, match="lists columnMapping in readerFeatures but not in writerFeatures") as info:
+    refused = "lists columnMapping in readerFeatures but not in writerFeatures"
+    with pytest.raises(CorruptLogError, match=refused) as info:
         convert(str(root))
     assert info.value.version == 1 and info.value.file is not None and info.value.file.endswith(f"{1:020d}.json")
     assert not (root / "_iceberg").exists()

@@ -50,6 +50,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+import airflow_deltaberg.core.iceberg.manifest as manifest_module
 from airflow_deltaberg.core.iceberg.avro_encode import RowBuilder
 from airflow_deltaberg.core.iceberg.avro_iceberg import avro_schema, encode_rows
 from airflow_deltaberg.core.iceberg.manifest import (
@@ -773,6 +774,24 @@ def test_equivalent_arrow_layouts_write_identical_files() -> None:
         variant.column("file_format").cast(pa.string_view()),
     )
     assert _write_bytes(variant, codec="null") == expected
+
+
+def test_wide_entries_are_encoded_a_few_rows_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows wider than CHUNK_BYTES allows in a full chunk are encoded in smaller chunks: the same rows."""
+    table = entries_table(n=40, seed=6)
+    expected = _write_bytes(table, codec="null")
+    chunks: list[int] = []
+    encode = manifest_module.encode_rows
+
+    def counting(struct: Any, columns: Any, n: int) -> pa.BinaryArray:
+        chunks.append(n)
+        return encode(struct, columns, n)
+
+    monkeypatch.setattr(manifest_module, "encode_rows", counting)
+    monkeypatch.setattr(manifest_module, "MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(manifest_module, "CHUNK_BYTES", 10 * table.nbytes // table.num_rows)
+    assert _datums(_write_bytes(table, codec="null")) == _datums(expected)  # a block per chunk, the same rows
+    assert chunks == [10, 10, 10, 10]
 
 
 def test_threaded_deflate_writes_the_same_bytes() -> None:
