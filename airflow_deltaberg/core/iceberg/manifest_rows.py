@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.types import StructType
 
+from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.errors import AvroContainerError, ConversionStateError
 from airflow_deltaberg.core.iceberg.avro_container import read_rows
 from airflow_deltaberg.core.iceberg.avro_encode import binary_from_offsets, binary_parts
@@ -35,7 +36,7 @@ def entries_index(entries: pa.Table, row_starts: np.ndarray | None) -> pa.Table:
     if row_starts is None or len(row_starts) != entries.num_rows:
         raise ValueError("the row start of every entry is needed")
     kept = entries.select([c for c in KEPT_COLUMNS if c in entries.column_names])
-    return kept.append_column(ROW_START, pa.array(row_starts, pa.int64()))
+    return kept.append_column(ROW_START, from_numpy(np.asarray(row_starts, np.int64)))
 
 
 def index_entries(index: pa.Table, manifest: bytes, location: str) -> pa.Table:
@@ -58,19 +59,20 @@ def index_entries(index: pa.Table, manifest: bytes, location: str) -> pa.Table:
         raise mismatch("format-version is not a number") from exc
     columns = {name: index.column(name).combine_chunks() for name in index.column_names if name != ROW_START}
     if "content" not in columns:  # data manifests' copies may leave it out: every entry is a data file
-        columns["content"] = pa.array(np.zeros(n, np.int32))
+        columns["content"] = from_numpy(np.zeros(n, np.int32))
     lead_offsets, lead_data = binary_parts(encode_rows(_LEAD_TYPE, columns, n))
     header_lengths = np.diff(binary_parts(encode_rows(ENTRY_HEADER_TYPE, columns, n))[0])
     tail_offsets, tail_data = binary_parts(encode_rows(data_file_tail_type(format_version), columns, n))
     lead_lengths, tail_lengths = np.diff(lead_offsets), np.diff(tail_offsets)
 
     payload = np.frombuffer(rows.payload, np.uint8)
-    starts = index.column(ROW_START).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64)
+    starts = to_numpy(index.column(ROW_START)).astype(np.int64)
     ends = np.append(starts[1:], len(payload))
     if n == 0:
         if len(payload):
             raise mismatch("bytes after the last entry")
-        return index.drop_columns([ROW_START]).append_column(PREFIX_COLUMN, pa.array([], pa.binary()))
+        empty = binary_from_offsets(np.zeros(1, np.int64), np.zeros(0, np.uint8))
+        return index.drop_columns([ROW_START]).append_column(PREFIX_COLUMN, empty)
     if starts[0] != 0 or (ends - starts < lead_lengths + tail_lengths).any():
         raise mismatch("row boundaries")
     lead_at = _positions(starts, lead_lengths)
