@@ -506,8 +506,8 @@ def refuse_unsupported_metadata(protocol: Protocol, metadata: Metadata, *, table
     - A timestamp_ntz type: the protocol requires the timestampNtz feature of such a table (Timestamp without
       timezone). delta-kernel refuses it, and Delta on Spark on a table-features protocol
       (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH).
-    - A reader feature not also listed in ``writerFeatures`` (``refuse_reader_only_features``)."""
-    refuse_reader_only_features(protocol, table=table, version=version, file=file)
+
+    A rule of the protocol alone is ``refuse_reader_only_features``: its callers name the protocol's own file."""
     mode = metadata.column_mapping_mode
     if mode in ("id", "name") and "columnMapping" not in protocol.effective_reader_features:
         raise CorruptLogError(

@@ -11,6 +11,7 @@ import zlib
 from dataclasses import dataclass
 
 from airflow_deltaberg.core.errors import AvroContainerError
+from airflow_deltaberg.core.iceberg.avro_encode import MAGIC
 
 try:
     from isal import isal_zlib
@@ -19,7 +20,6 @@ except ImportError:  # a platform without isal wheels: zlib reads the same forma
 
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error,) if isal_zlib is None else (zlib.error, isal_zlib.error)
 
-MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
 
 

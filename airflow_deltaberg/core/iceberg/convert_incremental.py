@@ -19,6 +19,7 @@ from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import (
     refuse_changed_column_id,
     refuse_missing_partition_values,
+    refuse_reader_only_features,
     refuse_unsupported_metadata,
 )
 from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError, VersionNotFoundError
@@ -249,6 +250,8 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
                                      file=commit_range.files.get(version))
             metadata, metadata_version = new_metadata, version
         if protocol is not None and (version in protocols or version in metadata_by_version):
+            refuse_reader_only_features(protocol, table=table.location, version=version,
+                                        file=commit_range.files.get(version))
             refuse_unsupported_metadata(protocol, metadata, table=table.location, version=version,
                                         file=commit_range.files.get(version))
         rows = actions.file_actions.filter(pc.equal(actions.file_actions.column("version"), version))

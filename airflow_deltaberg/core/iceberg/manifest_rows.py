@@ -24,9 +24,9 @@ from airflow_deltaberg.core.redact import location_text
 
 #: Where an entry's encoded row starts in its manifest's rows joined (blocks inflated, one after another).
 ROW_START = "avro_row_start"
-KEPT_COLUMNS = ("status", "snapshot_id", "sequence_number", "file_sequence_number", "content", "file_path",
-                "partition", "record_count", "first_row_id", "referenced_data_file", "content_offset",
-                "content_size_in_bytes")
+#: What the copy keeps: the header, what a rewrite summarizes or looks up, and the tail (v3's, a superset of v2's).
+KEPT_COLUMNS = (*(f.name for f in ENTRY_HEADER_TYPE.fields), "content", "file_path", "partition", "record_count",
+                *(f.name for f in data_file_tail_type(3).fields))
 #: What a row starts with: the entry's header, then data_file's content and file_path.
 _LEAD_TYPE = StructType(*ENTRY_HEADER_TYPE.fields, *data_file_type(StructType()).fields[:2])
 
