@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fuzz_fixtures import CHECKPOINT, COMMIT, COMPACTION, CRC
+from support.parquet_footer import set_null_count
 
 
 class NotApplicable(Exception):
@@ -1355,6 +1356,40 @@ def checkpoint_set_value(ctx: FuzzContext) -> dict[str, Any]:
     _rewrite(path, pa.Table.from_pylist(rows, schema=table.schema))
     return {"file": ctx.rel(path), "column": dotted, "row": row, "old": describe(holder.get("old")),
             "new": describe(holder.get("new")), "same_rows": row_neutral(dotted)}
+
+
+#: A column that every action of a kind fills: where it holds only nulls, a row group holds no such action.
+_ACTION_KEY_COLUMNS = ("add.path", "remove.path", "metaData.id", "protocol.minReaderVersion", "txn.appId",
+                       "domainMetadata.domain", "sidecar.path", "checkpointMetadata.version")
+
+
+@mutation("checkpoint_parquet", scope="table")
+def checkpoint_footer_null_count(ctx: FuzzContext) -> dict[str, Any]:
+    """A checkpoint part rewritten in row groups of a few actions, its footer then saying that a row group which
+    holds actions of a kind holds none (the null count of the kind's key column set to the row count; the data
+    pages unchanged). Readers disagree on such a file (deltalake skips the row group, Delta on Spark reads it)."""
+    files = parquet_checkpoint_files(ctx)
+    if not files:
+        raise NotApplicable("no parquet checkpoint")
+    path = ctx.rng.choice(files)
+    table = pq.read_table(path)
+    pq.write_table(table, path, row_group_size=max(1, table.num_rows // 3))
+    metadata = pq.ParquetFile(path).metadata
+    candidates = []
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        for i in range(group.num_columns):
+            chunk = group.column(i)
+            stats = chunk.statistics
+            if (chunk.path_in_schema in _ACTION_KEY_COLUMNS and stats is not None and stats.has_null_count
+                    and stats.null_count < chunk.num_values):
+                candidates.append((g, chunk.path_in_schema, chunk.num_values))
+    if not candidates:
+        raise NotApplicable("no row group with statistics holds an action")
+    group, column, values = ctx.rng.choice(candidates)
+    set_null_count(path, group, column, values)
+    return {"file": ctx.rel(path), "column": column, "row_group": group,
+            "must_refuse": "a checkpoint footer whose statistics deny actions its row group holds"}
 
 
 @mutation("last_checkpoint", scope="table", weight=2)
