@@ -120,7 +120,8 @@ class ConcurrentConversionError(DeltabergError):
 
 class ConversionStateError(DeltabergError):
     """The conversion state kept beside the Iceberg metadata does not match the manifest it describes (a file
-    changed or damaged after it was written); a full conversion (``full=True``) writes both again."""
+    changed or damaged after it was written). An incremental conversion that meets it falls back to a full one,
+    which writes both again."""
 
 
 class DeleteFileMismatchError(DeltabergError):

@@ -31,6 +31,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
 from airflow_deltaberg.core.delta.models import Metadata, Protocol
+from airflow_deltaberg.core.errors import ConversionStateError
 from airflow_deltaberg.core.iceberg.manifest import (
     MANIFEST_LIST_ARROW_TYPES,
     FieldSummary,
@@ -40,6 +41,7 @@ from airflow_deltaberg.core.iceberg.manifest import (
 )
 from airflow_deltaberg.core.iceberg.manifest_rows import ROW_START, entries_index, index_entries
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
+from airflow_deltaberg.core.redact import location_text
 from airflow_deltaberg.core.storage import Storage
 
 # LZ4: the copy of 25k entries with 20 columns' bounds in 60-75% of zstd's CPU, 40% bigger (~350 against ~250
@@ -345,18 +347,26 @@ def attempt_keys(storage: Storage, attempt: str) -> list[str]:
     return [e.key for e in storage.list_from(METADATA_DIR) if attempt in e.name]
 
 
-def read_entries(storage: Storage, record: ManifestRecord) -> pa.Table:
+def read_entries(storage: Storage, record: ManifestRecord, *, data_files: bool = True) -> pa.Table:
     """The entries of a manifest, as ``write_manifest`` takes them again: the columns its copy keeps, and (for
     copies that keep where each row starts) each entry's data_file bytes up to its tail, read from the manifest
-    (``PREFIX_COLUMN``). Copies written before that keep every column."""
+    (``PREFIX_COLUMN``). Copies written before that keep every column. ``data_files=False``: the copy's columns
+    alone (status, paths, record counts...), without reading the manifest."""
     fs, path = storage.arrow_path(record.entries_key)
     if not record.entries_key.endswith(".parquet"):
         with fs.open_input_file(path) as source:
             entries = pa.ipc.open_file(source).read_all()
         if ROW_START not in entries.column_names:
             return entries
+        if not data_files:
+            return entries.drop_columns([ROW_START])
         manifest_key = record.entries_key.removesuffix(".entries.arrow") + ".avro"
-        return index_entries(entries, storage.read(manifest_key), storage.uri(manifest_key))
+        try:
+            manifest = storage.read(manifest_key)
+        except FileNotFoundError as exc:
+            raise ConversionStateError(f"the manifest {location_text(storage.uri(manifest_key))}, which the "
+                                       "conversion state lists, is gone") from exc
+        return index_entries(entries, manifest, storage.uri(manifest_key))
     # Parquet copies (earlier versions) have no partition column for an unpartitioned table: Parquet cannot
     # store a struct without fields.
     entries = pq.read_table(path, filesystem=fs)

@@ -22,7 +22,7 @@ from airflow_deltaberg.core.delta.replay import (
     refuse_reader_only_features,
     refuse_unsupported_metadata,
 )
-from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError, VersionNotFoundError
+from airflow_deltaberg.core.errors import ConversionStateError, CorruptLogError, StatsParseError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
     ManifestTable,
@@ -168,7 +168,7 @@ def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: Sn
     delete_positions = manifests.candidates(1, added)
     for record in manifests.records(sorted(data_positions + delete_positions)):
         wanted = added if record.info.content == 1 else looked_up
-        entries = read_entries(storage, record)
+        entries = read_entries(storage, record, data_files=False)
         entries = entries.filter(pc.and_(pc.not_equal(entries.column("status"), 2),
                                          pc.is_in(entries.column(data_path_column(record.info.content)), wanted)))
         if record.info.content == 0:
@@ -268,6 +268,10 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
         except StatsParseError as exc:  # raised by with_parsed_stats, which names the add
             raise CorruptLogError(exc.describe(), table=table.location, version=version,
                                   file=table.storage.uri(commit_key(version))) from exc
+        except ConversionStateError as exc:
+            # The state is derived from the Delta log: the full conversion writes it again, with new manifests.
+            return Progress(tip, files_added, files_removed, written, outside,
+                            fall_back=f"version {version} needs the entries of a damaged manifest: {exc}")
         files_added += added
         files_removed += removed
         written += 1

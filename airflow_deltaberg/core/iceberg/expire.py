@@ -77,7 +77,7 @@ def _files_of(storage: Storage, manifest_list: str, state: ConversionState) -> s
         if manifest_key:
             keys.update((manifest_key, record.entries_key))
         if record.info.content == 1:
-            entries = read_entries(storage, record)
+            entries = read_entries(storage, record, data_files=False)
             live = entries.filter(pc.not_equal(entries.column("status"), 2))
             keys.update(k for path in live.column("file_path").to_pylist() if (k := metadata_folder_key(storage, path)))
     return keys

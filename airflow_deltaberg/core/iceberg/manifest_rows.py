@@ -44,7 +44,7 @@ def index_entries(index: pa.Table, manifest: bytes, location: str) -> pa.Table:
     columns and each entry's data_file bytes up to its tail (``PREFIX_COLUMN``)."""
     def mismatch(what: str) -> ConversionStateError:
         return ConversionStateError(f"the manifest {location_text(location)} does not match the copy of its entries "
-                                    f"in the conversion state ({what}); run a full conversion to write both again")
+                                    f"in the conversion state ({what})")
 
     try:
         rows = read_rows(manifest)

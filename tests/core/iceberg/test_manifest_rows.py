@@ -1,6 +1,7 @@
 """The conversion state's copy of a manifest's entries keeps no stats, only where each entry's row starts: a
 removal rewrites a manifest from the manifest's own bytes. The stats of the entries carried on must be the very
-bytes written first, and a manifest that does not match its copy must be refused, not mixed."""
+bytes written first, and a manifest that does not match its copy must be refused, not mixed: the conversion then goes
+on as a full one, which writes manifests and state again from the Delta log."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.manifests import written_manifests
-from support.tables import iceberg_files
 
 from airflow_deltaberg.core.errors import AvroContainerError, ConversionStateError
 from airflow_deltaberg.core.iceberg.avro_container import read_rows
 from airflow_deltaberg.core.iceberg.avro_encode import AvroContainerWriter
+from airflow_deltaberg.core.iceberg.conversion_state import read_entries, read_state
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.manifest_rows import KEPT_COLUMNS, ROW_START
+from airflow_deltaberg.core.storage import open_storage
 
 
 def _batch(first: int) -> pa.Table:
@@ -90,27 +92,55 @@ def _first_manifest_and_copy(path: Path) -> tuple[Path, Path]:
     return copy.with_name(copy.name.removesuffix(".entries.arrow") + ".avro"), copy
 
 
-def _refused(path: Path, manifest: Path) -> None:
-    files = iceberg_files(path)
-    deltalake.DeltaTable(str(path)).delete("id = 21")
+def _read_entries_refuses(path: Path, metadata_location: str, manifest: Path) -> None:
+    """Reading the damaged manifest's entries through the conversion state is refused, naming the manifest."""
+    storage = open_storage(str(path))
+    current = StaticTable.from_metadata(metadata_location).current_snapshot()
+    assert current is not None
+    state = read_state(storage, current.manifest_list)
+    assert state is not None
+    (record,) = [r for r in state.manifests if Path(r.info.manifest_path).name == manifest.name]
     with pytest.raises(ConversionStateError, match=manifest.name):
-        convert(str(path))
-    assert iceberg_files(path) == files  # nothing written, nothing published
+        read_entries(storage, record)
 
 
-def test_a_truncated_manifest_is_refused(tmp_path: Path) -> None:
+def _falls_back_to_full(path: Path, metadata_location: str, manifest: Path) -> None:
+    """A removal that meets the damaged manifest goes on as a full conversion: new manifests from the Delta log,
+    Delta's rows, and the damaged manifest no longer in the current snapshot."""
+    _read_entries_refuses(path, metadata_location, manifest)
+    deltalake.DeltaTable(str(path)).delete("id = 21")
+    result = convert(str(path))
+    assert result.mode == "full"
+    assert _ids(result.metadata_location) == sorted(deltalake.DeltaTable(str(path)).to_pyarrow_table()
+                                                   .column("id").to_pylist())
+    current = StaticTable.from_metadata(result.metadata_location).current_snapshot()
+    assert current is not None
+    assert manifest.name not in {Path(m.manifest_path).name for m in
+                                 current.manifests(StaticTable.from_metadata(result.metadata_location).io)}
+
+
+def test_a_truncated_manifest_is_refused_and_the_conversion_goes_full(tmp_path: Path) -> None:
     path = tmp_path / "t"
     _table(path)
-    convert(str(path))
+    first = convert(str(path))
     manifest, _ = _first_manifest_and_copy(path)
     manifest.write_bytes(manifest.read_bytes()[:-20])
-    _refused(path, manifest)
+    _falls_back_to_full(path, first.metadata_location, manifest)
 
 
-def test_a_copy_that_names_another_file_is_refused(tmp_path: Path) -> None:
+def test_a_manifest_gone_is_refused_and_the_conversion_goes_full(tmp_path: Path) -> None:
     path = tmp_path / "t"
     _table(path)
-    convert(str(path))
+    first = convert(str(path))
+    manifest, _ = _first_manifest_and_copy(path)
+    manifest.unlink()
+    _falls_back_to_full(path, first.metadata_location, manifest)
+
+
+def test_a_copy_that_names_another_file_is_refused_and_the_conversion_goes_full(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    _table(path)
+    first = convert(str(path))
     manifest, copy = _first_manifest_and_copy(path)
     index = pa.ipc.open_file(pa.py_buffer(copy.read_bytes())).read_all()
     paths = index.column("file_path").to_pylist()
@@ -118,7 +148,31 @@ def test_a_copy_that_names_another_file_is_refused(tmp_path: Path) -> None:
     index = index.set_column(index.schema.get_field_index("file_path"), "file_path", pa.array(paths))
     with pa.ipc.new_file(str(copy), index.schema) as out:
         out.write_table(index)
-    _refused(path, manifest)
+    _falls_back_to_full(path, first.metadata_location, manifest)
+
+
+def test_lookups_read_the_copy_alone(tmp_path: Path) -> None:
+    """Looking up which files a manifest lists (re-adds, expiry) needs the copy's columns only: the manifest is not
+    read, so a manifest gone or damaged does not stop them."""
+    path = tmp_path / "t"
+    _table(path)
+    first = convert(str(path))
+    manifest, _ = _first_manifest_and_copy(path)
+    storage = open_storage(str(path))
+    current = StaticTable.from_metadata(first.metadata_location).current_snapshot()
+    assert current is not None
+    state = read_state(storage, current.manifest_list)
+    assert state is not None
+    (record,) = state.manifests
+    whole = read_entries(storage, record)
+    manifest.unlink()
+
+    copy = read_entries(storage, record, data_files=False)
+    assert copy.column("file_path").to_pylist() == whole.column("file_path").to_pylist()
+    assert copy.column("status").to_pylist() == [1, 1, 1, 1]
+    assert ROW_START not in copy.column_names and "data_file_prefix" in whole.column_names
+    with pytest.raises(ConversionStateError, match=f"{manifest.name}, which the conversion state lists, is gone"):
+        read_entries(storage, record)
 
 
 @pytest.mark.parametrize("codec", ["null", "deflate"])
