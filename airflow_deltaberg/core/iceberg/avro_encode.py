@@ -57,8 +57,12 @@ def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
     """
     width = dst.shape[1]
     if src.shape[0] == 1 and dst.shape[0] != 1:
-        for k in range(width):
-            dst[:, k] = src[0, k]
+        row = np.ascontiguousarray(src[0])
+        pos = 0
+        for size, uint in _UINTS:
+            while width - pos >= size:
+                dst[:, pos : pos + size].view(uint)[:, 0] = row[pos : pos + size].view(uint)[0]
+                pos += size
         return
     if src.strides[1] != 1:
         src = np.ascontiguousarray(src)
@@ -199,6 +203,8 @@ class RowBuilder:
         """Add a slot; rows where ``active`` is False get none of its bytes."""
         if active is not None and active.all():
             active = None  # full slots need no mask when compacted
+        if active is not None and not active.any():
+            return  # no bytes in any row: a masked slot would make its neighbours' compaction masked too
         if active is not None:
             lens = slot.lens
             if lens is None:

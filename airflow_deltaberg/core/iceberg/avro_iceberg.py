@@ -182,6 +182,9 @@ def _encode_field(b: RowBuilder, field: NestedField, col: Any) -> None:
         return
     if len(col) != b.n:
         raise ValueError(f"field {field.name!r} has {len(col)} values, expected {b.n}")
+    if not field.required and b.n and col.null_count == b.n:
+        b.const(b"\x00")  # the null branch in every row (manifests leave several fields null throughout)
+        return
     valid = validity(col)
     if field.required:
         if valid is not None:

@@ -369,6 +369,33 @@ def test_wide_run_of_full_slots_between_variable_ones_keeps_each_row() -> None:
         assert got == expected.getvalue()
 
 
+def test_constants_of_any_width_and_slots_empty_in_every_row() -> None:
+    """Constants are laid into every row by 8/4/2/1-byte words (11 bytes: one of each but 4); a slot that no row
+    holds adds nothing, and an optional field null in every row is the null branch alone."""
+    n = 4
+    values = np.array([5, -3, 700, 0], np.int64)
+    constant = bytes(range(100, 111))
+    b = RowBuilder(n)
+    b.const(constant)
+    b.long(values, np.zeros(n, bool))
+    b.long(values)
+    b.const(b"\x07\x08", np.array([True, False, True, False]))
+    for i, got in enumerate(b.finish().to_pylist()):
+        expected = io.BytesIO()
+        expected.write(constant)
+        fastavro.schemaless_writer(expected, "long", int(values[i]))
+        expected.write(b"\x07\x08" if i % 2 == 0 else b"")
+        assert got == expected.getvalue()
+
+    struct = StructType(NestedField(1, "a", LongType(), required=False), NestedField(2, "b", LongType(), required=True))
+    rows = encode_rows(struct, {"a": pa.nulls(n, pa.int64()), "b": pa.array(values)}, n).to_pylist()
+    parsed = fastavro.parse_schema(avro_schema(struct, "r"))
+    for i, got in enumerate(rows):
+        expected = io.BytesIO()
+        fastavro.schemaless_writer(expected, parsed, {"a": None, "b": int(values[i])})
+        assert got == expected.getvalue()
+
+
 def _field_ids(avro_type: Any, path: str, out: dict[str, int]) -> None:
     if isinstance(avro_type, list):
         for branch in avro_type:
