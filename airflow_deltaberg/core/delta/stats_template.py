@@ -304,15 +304,18 @@ class _Program:
         arrow_buffer = pa.py_buffer(buffer)
         out: list[pa.Array | None] = []
         text_index = {int(s): i for i, s in enumerate(text_slots)}
+        # One pass turns the row-major values of the kept rows into a contiguous column per slot (a fancy-index
+        # gather per slot costs several times that).
+        by_slot = np.ascontiguousarray((ints if len(rows) == len(ints) else ints[rows]).T)
         for i, slot in enumerate(self.template.slots):
             if slot.kind == SKIP:
                 out.append(None)
             elif slot.kind == INT:
-                out.append(pa.array(ints[rows, i]).cast(slot.type))
+                out.append(pa.array(by_slot[i]).cast(slot.type))
             elif slot.kind == TS:
-                out.append(pa.array(ints[rows, i], slot.type))
+                out.append(pa.array(by_slot[i], slot.type))
             elif slot.kind == BOOL:
-                out.append(pa.array(ints[rows, i].astype(bool)))
+                out.append(pa.array(by_slot[i].astype(bool)))
             else:
                 offs = value_offsets[text_index[i]]
                 text = pa.Array.from_buffers(pa.string(), len(rows), [None, pa.py_buffer(offs), arrow_buffer])
