@@ -230,8 +230,9 @@ def iter_checkpoint_stats(
     chunk, in the order read_parquet_checkpoint_part returns those adds.
 
     ``add.stats_parsed`` (written under delta.checkpoint.writeStatsAsStruct) is read when the part has it,
-    and only its fields that ``target`` has; the JSON ``add.stats`` is read and given to ``parse_json`` only
-    where the struct is missing. One chunk at a time is in memory, never the whole part's JSON.
+    and only its fields that ``target`` has; the JSON ``add.stats`` is read and given to ``parse_json`` (which must
+    refuse text that is not UTF-8: it is not checked before) only where the struct is missing. One chunk at a time
+    is in memory, never the whole part's JSON.
     """
     pf = _open_part(storage, table, version, entry, sidecar)
     if "add" not in pf.schema_arrow.names:
@@ -335,10 +336,11 @@ def _batch_stats(batch: pa.RecordBatch, target: pa.StructType, parse_json: Calla
                  where: Mapping[str, Any]) -> pa.Array:
     """The stats of the adds of a checkpoint batch (rows without an add left out); ``where`` names the part in a
     CorruptLogError for strings that are not UTF-8."""
-    problem = arrow_utf8_problem(batch)
+    add = batch.column("add")
+    # The JSON stats are checked where they are parsed (parse_json refuses text that is not UTF-8, naming the add).
+    problem = arrow_utf8_problem(_without_field(add, "stats"))
     if problem is not None:
         raise CorruptLogError(f"the checkpoint {problem}", **where)
-    add = batch.column("add")
     if add.null_count == len(add):
         return pa.nulls(0, target)
     add = add.filter(add.is_valid()) if add.null_count else add
@@ -346,6 +348,15 @@ def _batch_stats(batch: pa.RecordBatch, target: pa.StructType, parse_json: Calla
         return _add_stats(add, target, parse_json)
     except StatsParseError as exc:
         raise exc.of(add.field("path")[exc.row].as_py() if add.type.get_field_index("path") >= 0 else None) from exc
+
+
+def _without_field(struct: pa.StructArray, name: str) -> pa.StructArray:
+    """``struct`` without its field ``name`` (no copy of the other fields)."""
+    if struct.type.get_field_index(name) < 0:
+        return struct
+    kept = [i for i, f in enumerate(struct.type) if f.name != name]
+    return pa.StructArray.from_arrays([struct.field(i) for i in kept], fields=[struct.type.field(i) for i in kept],
+                                      mask=struct.is_null() if struct.null_count else None)
 
 
 def _add_stats(add: pa.StructArray, target: pa.StructType, parse_json: Callable[[pa.Array], pa.Array]) -> pa.Array:
