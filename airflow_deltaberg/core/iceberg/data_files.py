@@ -167,7 +167,7 @@ def entries_for_files(
             "file_sequence_number": pa.array(np.full(n, sequence_number, dtype=np.int64)),
             "content": pa.array(np.zeros(n, dtype=np.int32)),
             "file_path": locations,
-            "file_format": pa.array(np.full(n, "PARQUET", dtype=object), pa.string()),
+            "file_format": pa.repeat(pa.scalar("PARQUET", pa.string()), n),
             "partition": partitions,
             "record_count": counts,
             "file_size_in_bytes": files.column("size").combine_chunks(),
