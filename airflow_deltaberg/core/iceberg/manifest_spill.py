@@ -37,6 +37,9 @@ SPILL_BUFFER_ROWS = 131_072
 RANK = "__pruning_rank"
 
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(use_threads=False)
+#: Bytes buffered per open spill file: an IPC record batch is written a buffer at a time (a few KB each for the
+#: slices routed to one file), each its own write call when unbuffered.
+_WRITE_BUFFER = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ class _Writers:
         if index not in self.open:
             fs, path = self.storage.arrow_path(self.keys[index])
             fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            stream = fs.open_output_stream(path)
+            stream = fs.open_output_stream(path, buffer_size=_WRITE_BUFFER)
             self.open[index] = (stream, pa.ipc.new_stream(stream, self.schema, options=_IPC_OPTIONS))
         return self.open[index][1]
 
