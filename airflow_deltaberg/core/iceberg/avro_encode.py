@@ -45,6 +45,7 @@ class Slot:
     width: int
     lens: np.ndarray | None
     fill: Callable[[np.ndarray, np.ndarray | None], None]
+    same: np.ndarray | None = None  # the bytes of every row, when they are the same (a constant)
 
 
 _UINTS = ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8))
@@ -75,7 +76,8 @@ def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
 
 def matrix_slot(mat: np.ndarray) -> Slot:
     """A slot holding ``mat`` (rows x bytes, or 1 x bytes for the same bytes in every row)."""
-    return Slot(mat.shape[1], None, lambda out, used: copy_rows(out, mat))
+    same = np.ascontiguousarray(mat[0]) if mat.shape[0] == 1 else None
+    return Slot(mat.shape[1], None, lambda out, used: copy_rows(out, mat), same)
 
 
 def _narrowest_uint(top: int) -> type[np.unsignedinteger]:
@@ -174,15 +176,23 @@ def compact(slots: list[Slot], n: int) -> pa.BinaryArray:
     # Full slots need no mask writes: the mask starts all True and only per-row lengths clear bytes.
     used = np.ones((n, total), bool) if variable else None
     row_len = np.full(n, sum(s.width for s in slots if s.lens is None), np.int32)
-    start = 0
-    for s in slots:
+    starts = np.cumsum([0, *(s.width for s in slots)])
+    if any(s.same is not None for s in slots):
+        # Constants go in as one row copied down the matrix: filling each constant's columns would touch every
+        # row once per constant (a map's keys and branch bytes are many one-byte constants).
+        template = np.zeros(total, np.uint8)
+        for s, start in zip(slots, starts[:-1].tolist(), strict=True):
+            if s.same is not None:
+                template[start : start + s.width] = s.same
+        mat[:] = template
+    for s, start in zip(slots, starts[:-1].tolist(), strict=True):
         if used is not None and s.lens is not None:
             # Column by column: numpy broadcasts over a few bytes per row much slower than over rows.
             for k in range(s.width):
                 np.greater(s.lens, k, out=used[:, start + k])
             row_len += s.lens
-        s.fill(mat[:, start : start + s.width], None if used is None else used[:, start : start + s.width])
-        start += s.width
+        if s.same is None:
+            s.fill(mat[:, start : start + s.width], None if used is None else used[:, start : start + s.width])
     offsets = np.zeros(n + 1, np.int64)
     if used is None:
         np.multiply(np.arange(n + 1, dtype=np.int64), total, out=offsets)
@@ -209,7 +219,7 @@ class RowBuilder:
             lens = slot.lens
             if lens is None:
                 lens = np.full(self.n, slot.width, np.uint8 if slot.width < 256 else np.int32)
-            slot = Slot(slot.width, np.where(active, lens, lens.dtype.type(0)), slot.fill)
+            slot = Slot(slot.width, np.where(active, lens, lens.dtype.type(0)), slot.fill, slot.same)
         self._slots.append(slot)
 
     def matrix(self, mat: np.ndarray, active: np.ndarray | None = None) -> None:
