@@ -57,14 +57,6 @@ def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
     numpy loops slowly over a few bytes per row, so rows move as one 8/4/2/1-byte integer per run.
     """
     width = dst.shape[1]
-    if src.shape[0] == 1 and dst.shape[0] != 1:
-        row = np.ascontiguousarray(src[0])
-        pos = 0
-        for size, uint in _UINTS:
-            while width - pos >= size:
-                dst[:, pos : pos + size].view(uint)[:, 0] = row[pos : pos + size].view(uint)[0]
-                pos += size
-        return
     if src.strides[1] != 1:
         src = np.ascontiguousarray(src)
     pos = 0
