@@ -161,9 +161,11 @@ def _string_ranks(strings: pa.Array) -> np.ndarray:
     dictionary_rank = np.empty(len(encoded.dictionary), np.int32)
     dictionary_rank[to_numpy(pc.sort_indices(encoded.dictionary))] = np.arange(len(encoded.dictionary), dtype=np.int32)
     indices = encoded.indices
-    ranks = dictionary_rank[to_numpy(indices.fill_null(0))]
-    if indices.null_count:
-        ranks[to_numpy(indices.is_null())] = -1
+    if not indices.null_count:
+        return dictionary_rank[to_numpy(indices)]
+    ranks = np.full(len(indices), -1, np.int32)
+    valid = to_numpy(indices.is_valid())
+    ranks[valid] = dictionary_rank[to_numpy(indices.filter(valid))]
     return ranks
 
 

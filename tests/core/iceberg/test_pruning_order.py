@@ -52,6 +52,15 @@ def test_the_order_is_by_every_partition_value_then_path(keys: list[str], same_l
     assert pruning_order(files, plan_of(keys)).to_pylist() == defined_order(files, keys)
 
 
+@pytest.mark.parametrize("value", [None, "x"])
+def test_every_file_with_the_same_partition_value(value: str | None) -> None:
+    """One value, or null, in every file (an empty dictionary of values when all are null)."""
+    rows = [{"path": f"f-{i}", "partitionValues": [("col-a", value)]} for i in (3, 1, 2)]
+    files = pa.Table.from_pylist(rows, schema=pa.schema([("path", pa.string()),
+                                                         ("partitionValues", pa.map_(pa.string(), pa.string()))]))
+    assert pruning_order(files, plan_of(["a"])).to_pylist() == defined_order(files, ["a"]) == [1, 2, 0]
+
+
 def test_files_in_chunks_and_no_files() -> None:
     rng = np.random.default_rng(7)
     files = files_of(rng, 300, ["a", "b"], True)
