@@ -78,10 +78,16 @@ class TableState:
     # for every checkpoint add, ``checkpoint_add_index`` says which one each row of ``adds`` is (-1: none).
     checkpoint_stats: CheckpointStats | None = None
     checkpoint_add_index: np.ndarray | None = None
-    # (version, log file) of the later of the protocol and metaData in force: where the table was last defined.
-    defined_in: tuple[int, str] | None = None
-    # (version, log file) of the protocol in force.
+    # (version, log file) of the protocol and of the metaData in force.
     protocol_defined_in: tuple[int, str] | None = None
+    metadata_defined_in: tuple[int, str] | None = None
+
+    @property
+    def defined_in(self) -> tuple[int, str] | None:
+        """(version, log file) of the later of the protocol and metaData in force: where the table was last
+        defined."""
+        found = [d for d in (self.protocol_defined_in, self.metadata_defined_in) if d is not None]
+        return max(found, key=lambda d: d[0]) if found else None
 
 
 def read_checkpoint(storage: Storage, table: str, segment: LogSegment) -> tuple[ActionBatch, CheckpointStats]:
@@ -164,8 +170,8 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
     batches.append(read_json_actions(storage, table, list(segment.commits), partition_columns=known))
 
     other = [a for b in batches for a in b.other_actions]
-    protocol, metadata, txns, domains, commit_info, defined_in, protocol_in = _reconcile_other(storage, table, other,
-                                                                                              segment)
+    protocol, metadata, txns, domains, commit_info, protocol_in, metadata_in = _reconcile_other(storage, table, other,
+                                                                                               segment)
     if protocol is None or metadata is None:
         missing = "protocol" if protocol is None else "metaData"
         raise CorruptLogError(
@@ -214,7 +220,7 @@ def replay(storage: Storage, table: str, segment: LogSegment) -> TableState:
             add_index = np.full(len(add_rows), -1, dtype=np.int64)
             add_index[from_cp] = ordinal[add_rows[from_cp]]
     return TableState(protocol, metadata, adds, removes, txns, domains, commit_info, checkpoint_stats, add_index,
-                      defined_in, protocol_in)
+                      protocol_in, metadata_in)
 
 
 def _newest_per_logical_file(files: pa.Table, n_reconciled: int,
@@ -469,14 +475,13 @@ def _reconcile_other(
         with _naming_the_action(storage, table, segment, version, "metaData"):
             metadata = Metadata.from_action(body)
             metadata.check()  # the schema parsed now, so that a bad schemaString names its file
-    defined_in = protocol_in = None
-    if in_force:
-        version = max(version for version, _ in in_force.values())
-        defined_in = (version, _source_file(storage, segment, version))
-    if "protocol" in in_force:
-        version = in_force["protocol"][0]
-        protocol_in = (version, _source_file(storage, segment, version))
-    return protocol, metadata, txns, domains, commit_info, defined_in, protocol_in
+    def located(name: str) -> tuple[int, str] | None:
+        if name not in in_force:
+            return None
+        version = in_force[name][0]
+        return version, _source_file(storage, segment, version)
+
+    return protocol, metadata, txns, domains, commit_info, located("protocol"), located("metaData")
 
 
 def refuse_reader_only_features(protocol: Protocol, *, table: str, version: int, file: str | None) -> None:
