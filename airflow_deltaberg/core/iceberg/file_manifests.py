@@ -154,19 +154,15 @@ def pruning_order(files: pa.Table, plan: SnapshotPlan) -> pa.Array:
 
 
 def _string_ranks(strings: pa.Array) -> np.ndarray:
-    """Each string's rank among the distinct strings in byte order (-1 for null: nulls sort first)."""
-    encoded = pc.dictionary_encode(strings)
+    """Each string's rank among the distinct strings in byte order, null first."""
+    encoded = pc.dictionary_encode(strings, null_encoding="encode")  # null is a value of the dictionary
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
-    dictionary_rank = np.empty(len(encoded.dictionary), np.int32)
-    dictionary_rank[to_numpy(pc.sort_indices(encoded.dictionary))] = np.arange(len(encoded.dictionary), dtype=np.int32)
-    indices = encoded.indices
-    if not indices.null_count:
-        return dictionary_rank[to_numpy(indices)]
-    ranks = np.full(len(indices), -1, np.int32)
-    valid = to_numpy(indices.is_valid())
-    ranks[valid] = dictionary_rank[to_numpy(indices.filter(valid))]
-    return ranks
+    size = len(encoded.dictionary)
+    dictionary_rank = np.empty(size, np.int32)
+    dictionary_rank[to_numpy(pc.array_sort_indices(encoded.dictionary, null_placement="at_start"))] = \
+        np.arange(size, dtype=np.int32)
+    return dictionary_rank[to_numpy(encoded.indices)]
 
 
 def _write_manifest(storage: Storage, plan: SnapshotPlan, entries: pa.Table, content: str) -> ManifestRecord:
