@@ -370,8 +370,8 @@ def test_wide_run_of_full_slots_between_variable_ones_keeps_each_row() -> None:
 
 
 def test_constants_of_any_width_and_slots_empty_in_every_row() -> None:
-    """Constants are laid into every row by 8/4/2/1-byte words (11 bytes: one of each but 4); a slot that no row
-    holds adds nothing, and an optional field null in every row is the null branch alone."""
+    """Constants (of 11 and 2 bytes, one masked) go into every row through the run's template row; a slot that no
+    row holds adds nothing, and an optional field null in every row is the null branch alone."""
     n = 4
     values = np.array([5, -3, 700, 0], np.int64)
     constant = bytes(range(100, 111))

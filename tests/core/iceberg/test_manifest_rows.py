@@ -21,10 +21,10 @@ from support.manifests import written_manifests
 from airflow_deltaberg.core.errors import AvroContainerError, ConversionStateError
 from airflow_deltaberg.core.iceberg.avro_container import read_rows
 from airflow_deltaberg.core.iceberg.avro_encode import AvroContainerWriter
-from airflow_deltaberg.core.iceberg.conversion_state import read_entries, read_state
+from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, read_entries, read_state
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.manifest_rows import KEPT_COLUMNS, ROW_START
-from airflow_deltaberg.core.storage import open_storage
+from airflow_deltaberg.core.storage import Storage, open_storage
 
 
 def _batch(first: int) -> pa.Table:
@@ -92,14 +92,20 @@ def _first_manifest_and_copy(path: Path) -> tuple[Path, Path]:
     return copy.with_name(copy.name.removesuffix(".entries.arrow") + ".avro"), copy
 
 
-def _read_entries_refuses(path: Path, metadata_location: str, manifest: Path) -> None:
-    """Reading the damaged manifest's entries through the conversion state is refused, naming the manifest."""
+def _state_record(path: Path, metadata_location: str, manifest: Path) -> tuple[Storage, ManifestRecord]:
+    """The table's storage, and the current snapshot's conversion-state record of ``manifest``."""
     storage = open_storage(str(path))
     current = StaticTable.from_metadata(metadata_location).current_snapshot()
     assert current is not None
     state = read_state(storage, current.manifest_list)
     assert state is not None
     (record,) = [r for r in state.manifests if Path(r.info.manifest_path).name == manifest.name]
+    return storage, record
+
+
+def _read_entries_refuses(path: Path, metadata_location: str, manifest: Path) -> None:
+    """Reading the damaged manifest's entries through the conversion state is refused, naming the manifest."""
+    storage, record = _state_record(path, metadata_location, manifest)
     with pytest.raises(ConversionStateError, match=manifest.name):
         read_entries(storage, record)
 
@@ -158,12 +164,7 @@ def test_lookups_read_the_copy_alone(tmp_path: Path) -> None:
     _table(path)
     first = convert(str(path))
     manifest, _ = _first_manifest_and_copy(path)
-    storage = open_storage(str(path))
-    current = StaticTable.from_metadata(first.metadata_location).current_snapshot()
-    assert current is not None
-    state = read_state(storage, current.manifest_list)
-    assert state is not None
-    (record,) = state.manifests
+    storage, record = _state_record(path, first.metadata_location, manifest)
     whole = read_entries(storage, record)
     manifest.unlink()
 
