@@ -143,6 +143,9 @@ def _convert(args: argparse.Namespace) -> int:
                  f"({result.snapshots_written} snapshot(s) written)",
                  f"metadata: {result.metadata_location}",
                  f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s"]
+        if result.fall_back:
+            lines.append(f"full conversion because {result.fall_back}")
+        lines += [f"warning: {w}" for w in result.warnings]
         if result.files_outside_table:
             lines.append(f"files outside the table root: {result.files_outside_table} (see deltaberg validate)")
         if result.snapshots_expired:

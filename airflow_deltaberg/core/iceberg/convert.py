@@ -65,6 +65,8 @@ class ConversionResult:
     snapshots_written: int = 0
     snapshots_expired: int = 0
     files_outside_table: int = 0  # data and DV files of the snapshots written that lie outside the table root
+    fall_back: str | None = None  # why the run was a full conversion where an incremental one was possible
+    warnings: tuple[str, ...] = ()  # what a reader of the Iceberg table should know (one sentence each)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,6 +161,8 @@ def convert(
     tip = Tip(published, _current_state(table.storage, published))
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
     files_added = files_removed = written = outside = 0
+    fall_back: str | None = None
+    warnings: list[str] = []
     if published is not None and converted_version == target and not full and not upgrade:
         mode = "up-to-date"
     else:
@@ -175,6 +179,7 @@ def convert(
                 written, outside = progress.snapshots_written, progress.files_outside_table
             else:
                 log.info("%s: full conversion instead of incremental: %s", table.location, progress.fall_back)
+                fall_back = progress.fall_back
                 mode = "full"
                 # What it published stays: the full conversion builds on it.
                 tip, written = progress.tip, progress.snapshots_written
@@ -224,4 +229,6 @@ def convert(
         snapshots_written=written,
         snapshots_expired=expiry.snapshots_expired,
         files_outside_table=outside,
+        fall_back=fall_back,
+        warnings=tuple(warnings),
     )
