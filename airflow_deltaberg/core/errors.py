@@ -136,6 +136,11 @@ class CatalogError(DeltabergError):
     """The catalog cannot be opened or updated (configuration, connectivity, missing namespace...)."""
 
 
+class CatalogIdentifierError(CatalogError):
+    """A catalog identifier that names no table (an empty part, no namespace, control characters): refused
+    before anything is written."""
+
+
 class EnableBlockedError(DeltaError):
     """Enabling is refused: the table uses features that cannot be made compliant, or the chosen mode
     cannot do what the plan needs. Nothing was written."""

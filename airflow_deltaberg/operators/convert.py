@@ -12,7 +12,8 @@ from urllib.parse import quote, urlsplit
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context
 
 from airflow_deltaberg.assets import catalog_table_uri
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import CatalogIdentifierError, DeltabergError
+from airflow_deltaberg.core.iceberg.catalog import check_identifier
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
@@ -129,7 +130,7 @@ class DeltaToIcebergOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             version = _parse_version(self.version)
-            identifier = checked_catalog_arguments(self.identifier, self.catalog_config)
+            identifier = checked_catalog_arguments(self.identifier, self.catalog_config, self.table_uri)
         except ValueError as exc:
             raise AirflowFailException(f"DeltaToIcebergOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
@@ -178,12 +179,17 @@ class DeltaToIcebergOperator(BaseOperator):
         return message
 
 
-def checked_catalog_arguments(identifier: Any, catalog_config: Any) -> str | None:
-    """The rendered identifier (None when empty); ValueError for a non-string identifier or a catalog_config
-    that did not render to a mapping."""
+def checked_catalog_arguments(identifier: Any, catalog_config: Any, table_uri: str) -> str | None:
+    """The rendered identifier (None when empty); ValueError for a non-string identifier, one that names no
+    table (``check_identifier``) or a catalog_config that did not render to a mapping."""
     identifier = identifier or None
     if identifier is not None and not isinstance(identifier, str):
         raise ValueError(f"identifier must be a string, not {type(identifier).__name__}")
+    if identifier is not None:
+        try:
+            check_identifier(identifier, table_uri)
+        except CatalogIdentifierError as exc:
+            raise ValueError(str(exc)) from exc
     if catalog_config is not None and not isinstance(catalog_config, Mapping):
         raise ValueError(
             f"catalog_config must render to a mapping, not {type(catalog_config).__name__} "

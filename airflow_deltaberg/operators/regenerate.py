@@ -163,7 +163,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             start, target = version_bounds(self.version, self.version_range)
-            identifier = checked_catalog_arguments(self.identifier, self.catalog_config)
+            identifier = checked_catalog_arguments(self.identifier, self.catalog_config, self.table_uri)
         except ValueError as exc:
             raise AirflowFailException(f"DeltaIcebergRegenerateOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()

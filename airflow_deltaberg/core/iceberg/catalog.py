@@ -32,6 +32,7 @@ and a concurrent writer's commit could be lost, so it is not done automatically.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -65,9 +66,15 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.properties import property_as_bool
 
-from airflow_deltaberg.core.errors import CatalogError, ConcurrentConversionError, DeltabergError
+from airflow_deltaberg.core.errors import (
+    CatalogError,
+    CatalogIdentifierError,
+    ConcurrentConversionError,
+    DeltabergError,
+)
 from airflow_deltaberg.core.iceberg.publish import metadata_file_version
 from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, DELTA_VERSION
+from airflow_deltaberg.core.redact import location_text
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +124,28 @@ def _commit_mode(is_sql: bool, asked: str | None) -> CommitMode:
     if asked is not None:
         return asked  # type: ignore[return-value]
     return "pointer" if is_sql else "updates"
+
+
+# C0 and C1 controls, DEL: no catalog stores them faithfully, and they would reach logs and reports raw.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def check_identifier(identifier: str | tuple[str, ...], table: str) -> tuple[str, ...]:
+    """The parts of ``identifier`` (``namespace.table``, nested namespaces allowed), or CatalogIdentifierError
+    naming ``table`` when it has fewer than two parts, an empty part (``db..t``, ``.t``, ``db.``) or a control
+    character. Decided before anything is written: a refused identifier leaves no metadata file behind."""
+    parts = Catalog.identifier_to_tuple(identifier)
+    problem = None
+    if len(parts) < 2:
+        problem = "needs a namespace and a table name (namespace.table)"
+    elif not all(isinstance(p, str) and p for p in parts):
+        problem = "has an empty part"
+    elif any(_CONTROL.search(p) for p in parts):
+        problem = "holds a control character"
+    if problem is not None:
+        raise CatalogIdentifierError(f"catalog identifier {identifier!r} of table {location_text(table)} "
+                                     f"{problem}; nothing was written")
+    return parts
 
 
 def check_format_version(name: str, config: Mapping[str, Any] | None, format_version: int) -> None:

@@ -25,7 +25,12 @@ from airflow_deltaberg.core.delta import DeltaTable, Snapshot, stats_template
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import refuse_reader_only_features, refuse_unsupported_metadata
 from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.core.iceberg.catalog import check_format_version, open_catalog, point_catalog
+from airflow_deltaberg.core.iceberg.catalog import (
+    check_format_version,
+    check_identifier,
+    open_catalog,
+    point_catalog,
+)
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, read_state
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
 from airflow_deltaberg.core.iceberg.convert_incremental import convert_incremental
@@ -143,6 +148,8 @@ def convert(
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
+    if identifier is not None:
+        check_identifier(identifier, table.location)  # before anything is written
     table.storage.check_folder(METADATA_DIR)  # a file in the way: refused before anything is written
     # The latest version's log segment is the one a full conversion reads: the log is listed once.
     segment = table.log_segment() if version is None else None
