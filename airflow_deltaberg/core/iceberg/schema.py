@@ -250,7 +250,7 @@ def _convert_struct(
         field_id = ids.id_for(field_path, fixed)
         _refuse_char(f, field_path, table)
         iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table, format_version)
-        _check_type_changes(f, iceberg_type, field_path, table)
+        _check_type_changes(f, iceberg_type, field_path, table, format_version)
         fields.append(it.NestedField(field_id, f.name, iceberg_type, required=not f.nullable))
         mappings.append(MappedField(field_id=field_id, names=_names(f, mapped), fields=children))
     return fields, mappings
@@ -268,7 +268,7 @@ def _refuse_char(f: StructField, path: tuple[str, ...], table: str) -> None:
 
 
 def _promotable(source: it.IcebergType, target: it.IcebergType) -> bool:
-    """Whether files written as ``source`` read as ``target`` (Iceberg v2 valid type promotions)."""
+    """Whether files written as ``source`` read as ``target`` (the spec's valid type promotions, which v3 keeps)."""
     if source == target:
         return True
     if isinstance(source, it.DecimalType) and isinstance(target, it.DecimalType):
@@ -276,8 +276,10 @@ def _promotable(source: it.IcebergType, target: it.IcebergType) -> bool:
     return (source, target) in ((it.IntegerType(), it.LongType()), (it.FloatType(), it.DoubleType()))
 
 
-def _check_type_changes(f: StructField, iceberg_type: it.IcebergType, path: tuple[str, ...], table: str) -> None:
-    """Refuse type widening (``delta.typeChanges``) that Iceberg readers cannot apply to older files."""
+def _check_type_changes(f: StructField, iceberg_type: it.IcebergType, path: tuple[str, ...], table: str,
+                        format_version: int) -> None:
+    """Refuse type widening (``delta.typeChanges``) that Iceberg readers of ``format_version`` cannot apply to
+    older files."""
     changes = f.metadata.get(TYPE_CHANGES) or []
     for change in changes if isinstance(changes, list) else [changes]:
         change = change if isinstance(change, dict) else {}
@@ -300,8 +302,8 @@ def _check_type_changes(f: StructField, iceberg_type: it.IcebergType, path: tupl
             column = ".".join((*path, field_path) if field_path else path)
             raise UnsupportedTypeError(
                 f"column {column} was widened from {from_name} to {change.get('toType')} (delta.typeChanges), which "
-                f"Iceberg v2 readers cannot apply to the files written before (table {table}); rewrite those files "
-                "and drop the typeWidening table feature before converting"
+                f"Iceberg v{format_version} readers cannot apply to the files written before (table {table}); rewrite "
+                "those files and drop the typeWidening table feature before converting"
             )
 
 
