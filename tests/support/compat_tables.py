@@ -478,6 +478,7 @@ def add_files(
     field_ids: bool = True,
     field_id_overrides: Mapping[str, int | None] | None = None,
     int96_timestamps: bool = False,
+    coerce_timestamps: Literal["ms", "us"] | None = None,
     materialize_partitions: bool = True,
     stats: StatsMode = "full",
     deletion_vector: Mapping[str, Any] | None = None,
@@ -488,7 +489,8 @@ def add_files(
 
     Defaults give compliant files. To break one property: ``field_ids=False`` (no PARQUET:field_id),
     ``field_id_overrides`` (physical name or nested-id key such as ``"col-3.element"`` -> id, ``None``
-    for no id), ``int96_timestamps=True``, ``materialize_partitions=False``, ``stats`` without
+    for no id), ``int96_timestamps=True``, ``coerce_timestamps="ms"`` (INT64 TIMESTAMP_MILLIS, which Delta allows
+    and Iceberg readers misread; values keep whole milliseconds), ``materialize_partitions=False``, ``stats`` without
     numRecords or none at all, ``deletion_vector`` on every add."""
     schema = table.schema()
     fields = schema["fields"]
@@ -527,7 +529,8 @@ def add_files(
         relative = f"{directory}/{name}" if directory else name
         target = table.path / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(written, target, compression="snappy", use_deprecated_int96_timestamps=int96_timestamps)
+        pq.write_table(written, target, compression="snappy", use_deprecated_int96_timestamps=int96_timestamps,
+                       coerce_timestamps=coerce_timestamps)
         add: dict[str, Any] = {
             "path": quote(relative, safe="/="),
             "partitionValues": {p: _partition_value(v) for p, v in zip(physical_partitions, key, strict=True)},

@@ -17,6 +17,7 @@ from airflow_deltaberg.core.delta.footer_stats import (
     string_prefix_length,
 )
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
+from airflow_deltaberg.core.delta.timestamp_units import WHY, millis_columns
 
 # Columns Delta itself writes into data files, without a column mapping id: the change type of change data
 # feed (data files of UPDATE/MERGE may carry it, readers drop it) and the row tracking columns named by
@@ -91,6 +92,14 @@ def timestamps_int64(ctx: CheckContext) -> Iterator[Finding]:
             column = schema.column(i)
             if column.physical_type == "INT96":
                 yield Finding(f"column {column.path} stores timestamps as INT96; int64 is required", _file(path))
+
+
+def timestamps_micros(ctx: CheckContext) -> Iterator[Finding]:
+    for path in sample_paths(ctx):
+        columns = millis_columns(read_footer(ctx, path).metadata)
+        if columns:
+            yield Finding(f"column(s) {', '.join(columns)} store timestamps as INT64 TIMESTAMP_MILLIS; {WHY}",
+                          _file(path))
 
 
 def _expected_ids(fields: tuple[StructField, ...], mode: str) -> dict[str, tuple[int | None, DataType, StructField]]:
@@ -217,6 +226,11 @@ DATA_RULES = [
     Rule("data.timestamp-int64", "Timestamps are stored as int64", frozenset({V2, WV1, V3}), timestamps_int64,
          "rewrite the files with int64 timestamps (spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)",
          "protocol: IcebergCompatV2 (and RFC IcebergCompatV3) timestamps as int64", data=True),
+    Rule("data.timestamp-micros", "Timestamps are stored in microseconds", ALL_LEVELS, timestamps_micros,
+         "rewrite the files named with microsecond timestamps (spark.sql.parquet.outputTimestampType="
+         "TIMESTAMP_MICROS; pyarrow coerce_timestamps='us'), e.g. deltaberg enable --mode rewrite",
+         "Iceberg spec: Parquet timestamp and timestamptz are INT64 TIMESTAMP(MICROS); Delta protocol allows "
+         "milliseconds", data=True),
     Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1, V3}),
          parquet_field_ids, "rewrite the files with field ids (deltaberg enable --mode rewrite)",
          "protocol: IcebergCompatV2 nested ids written as parquet field_id; column mapping id mode", data=True),

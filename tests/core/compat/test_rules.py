@@ -442,6 +442,12 @@ def break_int96(p: Path) -> Broken:
     return t.path, _file_locations(adds)
 
 
+def break_millis(p: Path) -> Broken:
+    t = _partitioned(p)
+    adds = add_files(t, rows(), coerce_timestamps="ms")
+    return t.path, _file_locations(adds)
+
+
 def break_field_ids(p: Path) -> Broken:
     t = _partitioned(p)
     adds = add_files(t, rows(), field_ids=False)
@@ -679,6 +685,7 @@ CASES: dict[str, Case] = {
     "data.num-records": Case(V2, break_num_records, keep, data_checks=True),
     "data.partition-values-materialized": Case(V2, break_materialized, keep, data_checks=True),
     "data.timestamp-int64": Case(V2, break_int96, keep, data_checks=True),
+    "data.timestamp-micros": Case(V2, break_millis, keep, data_checks=True),
     "data.parquet-field-ids": Case(V2, break_field_ids, keep, data_checks=True),
     "data.stats-cover-data": Case(V2, break_stats, keep, data_checks=True),
     "data.file-types-match-schema": Case(V2, break_file_types, keep, data_checks=True),
