@@ -38,7 +38,23 @@ class StorageConfigError(StorageError):
 
 
 class FileAlreadyExistsError(StorageError):
-    """A write-if-absent found the key already there (another writer won)."""
+    """A write-if-absent found the key already there with other bytes than it meant to write (another writer won;
+    the same bytes are this writer's own write whose response was lost, and count as written)."""
+
+    retryable = False
+
+
+class StorageTimeoutError(StorageError):
+    """An object-store call (with the client's own retries) did not end within its bound (``core.storage``:
+    the ``deltaberg_timeout_s`` storage option or DELTABERG_STORAGE_TIMEOUT_S). The message names the call and the
+    file; a stalled or overloaded store may answer the next run."""
+
+    retryable = True
+
+
+class StorageWriteRefusedError(StorageError):
+    """A write the storage refuses for a reason that stays until someone acts: no space left (or over quota), a
+    read-only filesystem, permission denied. Running the same step again meets the same refusal."""
 
     retryable = False
 

@@ -25,7 +25,13 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from airflow_deltaberg.core.errors import DeltabergError, FileAlreadyExistsError, StorageConfigError, StorageError
+from airflow_deltaberg.core.errors import (
+    DeltabergError,
+    FileAlreadyExistsError,
+    StorageConfigError,
+    StorageError,
+    StorageWriteRefusedError,
+)
 from airflow_deltaberg.core.redact import Redactor, location_secrets, location_text, redactor_for
 
 
@@ -73,7 +79,10 @@ class Storage(ABC):
 
     @abstractmethod
     def write_if_absent(self, key: str, data: bytes) -> None:
-        """Create ``key`` with ``data`` atomically; FileAlreadyExistsError when it exists already."""
+        """Create ``key`` with ``data`` atomically; FileAlreadyExistsError when it exists already with other bytes.
+
+        An object that exists with exactly ``data`` is this write's own: a write that landed but whose response was
+        lost, which the client (or the caller) sent again. It counts as written."""
 
     @abstractmethod
     def replace(self, key: str, data: bytes) -> None:
@@ -95,6 +104,19 @@ class Storage(ABC):
         fs, base = self.arrow_filesystem()
         return fs, f"{base.rstrip('/')}/{key}"
 
+    @contextlib.contextmanager
+    def typed_errors(self, action: str, key: str) -> Iterator[None]:
+        """Failures while ``action`` ("read", "write", ...) ``key`` as typed StorageErrors naming the file, for
+        callers that go through ``arrow_filesystem`` themselves. FileNotFoundError passes unless writing."""
+        yield
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        """Whether ``key`` exists with exactly ``data`` (see write_if_absent)."""
+        try:
+            return self.read(key) == data
+        except FileNotFoundError:
+            return False
+
     def check_folder(self, key: str) -> None:
         """Raise StorageConfigError when a file sits where the folder ``key`` (or one above it) must be, so that
         nothing can be written below it. Object stores have no folders: nothing to check there."""
@@ -108,14 +130,26 @@ def _key_name(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
-def _local_error(exc: OSError, doing: str) -> StorageError:
+#: errno values of a write refused until someone acts (space, quota, a read-only filesystem, permissions): the next
+#: attempt meets them again, so they are not retryable.
+_REFUSED_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _refused_write(exc: BaseException) -> bool:
+    return isinstance(exc, PermissionError) or (isinstance(exc, OSError) and exc.errno in _REFUSED_WRITE_ERRNOS)
+
+
+def _local_error(exc: OSError, doing: str, *, writing: bool = False) -> StorageError:
     """A typed error for a failed local file operation (``doing``: what failed, naming the file).
 
-    Retryable like any unreadable storage (a permission or a link can be fixed while a sensor waits); only a file
-    where a folder must be is a configuration error (see check_folder).
+    Reads are retryable like any unreadable storage (a permission or a link can be fixed while a sensor waits); a
+    write refused for space, a read-only filesystem or permissions is not (StorageWriteRefusedError); a file where
+    a folder must be is a configuration error (see check_folder).
     """
     if isinstance(exc, (FileExistsError, NotADirectoryError)) and exc.errno in (errno.EEXIST, errno.ENOTDIR):
         return StorageConfigError(f"{doing}: a file is where a folder must be ({exc.strerror or exc})")
+    if writing and _refused_write(exc):
+        return StorageWriteRefusedError(f"{doing}: {exc.strerror or exc}")
     return StorageError(f"{doing}: {exc.strerror or exc}")
 
 
@@ -144,6 +178,17 @@ class LocalStorage(Storage):
             if not os.path.isdir(path):
                 raise StorageConfigError(f"{path} is not a folder, so nothing can be written below it (table "
                                          f"{self.root}); move it away")
+
+    @contextlib.contextmanager
+    def typed_errors(self, action: str, key: str) -> Iterator[None]:
+        try:
+            yield
+        except DeltabergError:
+            raise
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and action != "write":
+                raise
+            raise _local_error(exc, f"cannot {action} {self._path(key)}", writing=action == "write") from exc
 
     def list_from(self, directory: str, start_after: str | None = None) -> list[FileEntry]:
         prefix = f"{directory.strip('/')}/" if directory.strip("/") else ""
@@ -181,7 +226,7 @@ class LocalStorage(Storage):
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         except OSError as exc:  # a file where a folder must be, no permission, ...
-            raise _local_error(exc, f"cannot create the folder of {path}") from exc
+            raise _local_error(exc, f"cannot create the folder of {path}", writing=True) from exc
         tmp = os.path.join(os.path.dirname(path), f".{_key_name(key)}.{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "wb") as f:
@@ -192,7 +237,7 @@ class LocalStorage(Storage):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             if isinstance(exc, OSError):
-                raise _local_error(exc, f"cannot write {path}") from exc
+                raise _local_error(exc, f"cannot write {path}", writing=True) from exc
             raise
         return tmp
 
@@ -203,9 +248,10 @@ class LocalStorage(Storage):
         try:
             os.link(tmp, self._path(key))
         except FileExistsError as exc:
-            raise FileAlreadyExistsError(f"{self.uri(key)} already exists") from exc
+            if not self._holds(key, data):
+                raise FileAlreadyExistsError(f"{self.uri(key)} already exists with other content") from exc
         except OSError as exc:
-            raise _local_error(exc, f"cannot write {self._path(key)}") from exc
+            raise _local_error(exc, f"cannot write {self._path(key)}", writing=True) from exc
         finally:
             os.unlink(tmp)
 
@@ -215,7 +261,7 @@ class LocalStorage(Storage):
             os.replace(tmp, self._path(key))
         except OSError as exc:
             os.unlink(tmp)
-            raise _local_error(exc, f"cannot write {self._path(key)}") from exc
+            raise _local_error(exc, f"cannot write {self._path(key)}", writing=True) from exc
 
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
@@ -382,9 +428,11 @@ def _no_credentials(exc: BaseException) -> bool:
 
 
 def storage_error(exc: BaseException, doing: str, *, location: str, endpoint: str | None,
-                  redact: Callable[[str], str]) -> StorageError | None:
+                  redact: Callable[[str], str], writing: bool = False) -> StorageError | None:
     """The typed error for an exception a storage client raised while ``doing`` (e.g. "read s3://b/t/x"), or None
-    when it is not a storage failure (a programming error, to surface as it is). Messages are redacted."""
+    when it is not a storage failure (a programming error, to surface as it is). Messages are redacted. A write
+    refused for permissions or space is not retryable (StorageWriteRefusedError); server errors (S3 500, 503 after
+    the client's retries) and unreachable endpoints are."""
     reason = redact(f"{type(exc).__name__}: {exc}")
     option = _UNKNOWN_OPTION.search(str(exc)) if isinstance(exc, TypeError) else None
     if option is not None:
@@ -399,6 +447,8 @@ def storage_error(exc: BaseException, doing: str, *, location: str, endpoint: st
     if _unreachable(exc):
         where = redact(endpoint) if endpoint else f"of {urlsplit(location).scheme}://"
         return StorageError(f"cannot reach the storage endpoint {where} to {doing} ({reason})")
+    if writing and _refused_write(exc):
+        return StorageWriteRefusedError(f"the storage refused to {doing} ({reason})")
     if isinstance(exc, PermissionError):
         return StorageError(f"permission denied to {doing} ({reason})")
     if _is_a(exc, "botocore", "ParamValidationError"):
@@ -436,15 +486,17 @@ class FsspecStorage(Storage):
         self.redact: Callable[[str], str] = redactor or Redactor()
 
     @contextlib.contextmanager
-    def _typed_errors(self, action: str, key: str) -> Iterator[None]:
+    def typed_errors(self, action: str, key: str) -> Iterator[None]:
         """Client failures as typed StorageErrors naming the file, without secrets."""
         try:
             yield
-        except (FileNotFoundError, DeltabergError):
+        except DeltabergError:
             raise
         except Exception as exc:
+            if isinstance(exc, FileNotFoundError) and action != "write":
+                raise
             error = storage_error(exc, f"{action} {self.uri(key)}", location=self.root, endpoint=self.endpoint,
-                                  redact=self.redact)
+                                  redact=self.redact, writing=action == "write")
             if error is None:
                 raise
             raise error from _shown_cause(exc, self.redact)
@@ -458,7 +510,7 @@ class FsspecStorage(Storage):
         path = self._path(directory)
         lister = self._lister if self._lister is not None else self._list_generic
         try:
-            with self._typed_errors("list", directory):
+            with self.typed_errors("list", directory):
                 listed = lister(self.fs, path, start_after)
         except (FileNotFoundError, NotADirectoryError):
             return []
@@ -485,11 +537,11 @@ class FsspecStorage(Storage):
         return listed
 
     def read(self, key: str) -> bytes:
-        with self._typed_errors("read", key):
+        with self.typed_errors("read", key):
             return self.fs.cat_file(self._path(key))
 
     def write_if_absent(self, key: str, data: bytes) -> None:
-        with self._typed_errors("write", key):
+        with self.typed_errors("write", key):
             self._write_if_absent(key, data)
 
     def _write_if_absent(self, key: str, data: bytes) -> None:
@@ -497,7 +549,9 @@ class FsspecStorage(Storage):
         if self.fs.protocol in ("memory",) or "memory" in self.fs.protocol:
             with self._local_lock:
                 if self.fs.exists(path):
-                    raise FileAlreadyExistsError(f"{self.uri(key)} already exists")
+                    if self._holds(key, data):
+                        return
+                    raise FileAlreadyExistsError(f"{self.uri(key)} already exists with other content")
                 self.fs.pipe_file(path, data)
             return
         # Object stores with conditional writes (S3 If-None-Match, GCS ifGenerationMatch=0, Azure
@@ -506,7 +560,9 @@ class FsspecStorage(Storage):
             with self.fs.open(path, "xb") as f:
                 f.write(data)
         except FileExistsError as exc:
-            raise FileAlreadyExistsError(f"{self.uri(key)} already exists") from exc
+            # A retry of a write that landed (its response lost) finds its own bytes there: written.
+            if not self._holds(key, data):
+                raise FileAlreadyExistsError(f"{self.uri(key)} already exists with other content") from exc
         except (NotImplementedError, ValueError) as exc:
             raise StorageError(
                 f"{self.uri(key)}: the store has no conditional put, so concurrent Delta commits "
@@ -515,16 +571,16 @@ class FsspecStorage(Storage):
 
     def replace(self, key: str, data: bytes) -> None:
         # A single PUT is atomic on object stores: readers see the old or the new object.
-        with self._typed_errors("write", key):
+        with self.typed_errors("write", key):
             self.fs.pipe_file(self._path(key), data)
 
     def exists(self, key: str) -> bool:
-        with self._typed_errors("look for", key):
+        with self.typed_errors("look for", key):
             return bool(self.fs.isfile(self._path(key)))
 
     def delete(self, key: str) -> None:
         try:
-            with self._typed_errors("delete", key):
+            with self.typed_errors("delete", key):
                 self.fs.rm_file(self._path(key))
         except FileNotFoundError:
             pass

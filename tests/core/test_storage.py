@@ -234,6 +234,16 @@ def test_write_if_absent_second_write_fails_and_keeps_first(storage: Storage) ->
     assert [e.key for e in storage.list_from("_delta_log")] == [key]
 
 
+def test_write_if_absent_of_the_same_bytes_is_written(storage: Storage) -> None:
+    """A write that landed but whose response was lost is sent again: its own bytes there count as written."""
+    key = "_iceberg/metadata/v1.metadata.json"
+    storage.write_if_absent(key, b"ours")
+    storage.write_if_absent(key, b"ours")
+    with pytest.raises(FileAlreadyExistsError, match="other content"):
+        storage.write_if_absent(key, b"ours, and more")
+    assert storage.read(key) == b"ours"
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_write_if_absent_concurrent_writers_one_wins(kind: str, tmp_path: Path, memory_root: str) -> None:
     location = {

@@ -315,15 +315,17 @@ def write_manifest_record(
     delete manifests). The file names start with ``attempt`` (see ``attempt_keys``)."""
     name = f"{METADATA_DIR}/{attempt_prefix(attempt)}{uuid.uuid4()}-m0"
     fs, path = storage.arrow_path(f"{name}.avro")
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, content=content,
-                             filesystem=fs, format_version=format_version)
+    with storage.typed_errors("write", f"{name}.avro"):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        summary = write_manifest(path, entries, schema=schema, spec=spec, snapshot_id=snapshot_id, content=content,
+                                 filesystem=fs, format_version=format_version)
     entries_key = f"{name}.entries.arrow"
     efs, epath = storage.arrow_path(entries_key)
     # Read back only when a removal touches the manifest. It keeps what a rewrite changes or looks up, and where
     # each entry's row starts in the manifest: the stats are read back from the manifest itself.
     index = entries_index(entries, summary.row_starts)
-    with efs.open_output_stream(epath) as stream, pa.ipc.new_file(stream, index.schema, options=IPC_OPTIONS) as out:
+    with (storage.typed_errors("write", entries_key), efs.open_output_stream(epath) as stream,
+          pa.ipc.new_file(stream, index.schema, options=IPC_OPTIONS) as out):
         out.write_table(index)
     bounds = pc.min_max(entries.column(data_path_column(content)))
     info = summary.manifest_file(storage.uri(f"{name}.avro"))
@@ -354,7 +356,7 @@ def read_entries(storage: Storage, record: ManifestRecord, *, data_files: bool =
     alone (status, paths, record counts...), without reading the manifest."""
     fs, path = storage.arrow_path(record.entries_key)
     if not record.entries_key.endswith(".parquet"):
-        with fs.open_input_file(path) as source:
+        with storage.typed_errors("read", record.entries_key), fs.open_input_file(path) as source:
             entries = pa.ipc.open_file(source).read_all()
         if ROW_START not in entries.column_names:
             return entries

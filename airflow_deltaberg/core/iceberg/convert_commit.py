@@ -77,10 +77,11 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
     list_key = f"{METADATA_DIR}/snap-{plan.snapshot_id}-1-{plan.attempt}.avro"
     write_state(storage, list_key, state)
     fs, list_path = storage.arrow_path(list_key)
-    write_manifest_list_rows(list_path, manifests.list_rows, plan.snapshot_id,
-                             prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs,
-                             format_version=plan.format_version,
-                             first_row_id=lineage.first_row_id if lineage else None)
+    with storage.typed_errors("write", list_key):
+        write_manifest_list_rows(list_path, manifests.list_rows, plan.snapshot_id,
+                                 prev.current_snapshot_id if prev else None, plan.sequence_number, filesystem=fs,
+                                 format_version=plan.format_version,
+                                 first_row_id=lineage.first_row_id if lineage else None)
     mode = plan.metadata.column_mapping_mode
     metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
                            DELTA_COLUMN_MAPPING_MODE: mode, PREVIOUS_VERSIONS_MAX: str(METADATA_VERSIONS_KEPT),

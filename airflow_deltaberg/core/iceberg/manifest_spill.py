@@ -81,10 +81,14 @@ class SpilledGroups:
         """The files of group ``index``, in pruning order (the columns routed, without the rank)."""
         if not 0 <= index < len(self):
             raise IndexError(f"group {index} of {len(self)}")
-        fs, path = self.area.open_storage().arrow_path(self.keys[index // self.groups_per_file])
+        storage = self.area.open_storage()
+        key = self.keys[index // self.groups_per_file]
+        fs, path = storage.arrow_path(key)
         # A local spill file is mapped, not read into buffers: the one copy is the combine below.
-        with (pa.memory_map(path) if isinstance(fs, pafs.LocalFileSystem) else fs.open_input_file(path)) as source:
-            spilled = pa.ipc.open_stream(source).read_all().combine_chunks()
+        with storage.typed_errors("read", key):
+            source = pa.memory_map(path) if isinstance(fs, pafs.LocalFileSystem) else fs.open_input_file(path)
+            with source:
+                spilled = pa.ipc.open_stream(source).read_all().combine_chunks()
         rank = spilled.column(RANK)
         if self.groups_per_file > 1:
             first = index * self.rows_per_manifest
@@ -178,13 +182,16 @@ class _Writers:
             rows = pa.concat_tables(buffers[index])  # one record batch per chunk routed: no copy before the write
             if self.schema is None:
                 self.schema = rows.schema
-            self._writer(index).write_table(rows)
+            with self.storage.typed_errors("write", self.keys[index]):
+                self._writer(index).write_table(rows)
 
     def close(self) -> None:
         if self.schema is not None:
             for index in range(len(self.keys)):
-                self._writer(index)
-        for stream, writer in self.open.values():
-            writer.close()
-            stream.close()
-        self.open = {}
+                with self.storage.typed_errors("write", self.keys[index]):
+                    self._writer(index)
+        open_files, self.open = self.open, {}
+        for index, (stream, writer) in open_files.items():
+            with self.storage.typed_errors("write", self.keys[index]):
+                writer.close()
+                stream.close()
