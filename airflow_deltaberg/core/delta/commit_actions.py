@@ -26,6 +26,7 @@ from airflow_deltaberg.core.delta.actions import (
     one_line,
     partition_columns_of,
 )
+from airflow_deltaberg.core.delta.crowded_maps import refuse_crowded_maps
 from airflow_deltaberg.core.delta.file_tables import (
     ACTION_COLUMNS,
     DV_TYPE,
@@ -200,6 +201,10 @@ def read_json_actions(
     found = partition_columns_of(other)
     if found is not None or partition_columns is not None:
         partition_columns = list(dict.fromkeys([*(partition_columns or []), *(found or [])]))
+    entries = dict(files)
+    for version, split in splits:
+        refuse_crowded_maps(split.payload, split.longest, partition_columns, table=table, version=version,
+                            file=storage.uri(entries[version].key))
     # Parse in groups of about _GROUP_BYTES: small commits are joined (one reader call for many), big
     # ones are parsed on their own (no copy).
     tables = []

@@ -81,6 +81,19 @@ def rows_without_key(partition_values: pa.Array | pa.ChunkedArray, physical_name
     return np.flatnonzero(held == 0)
 
 
+def partition_keys_and_rows(partition_values: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """Every key of every map (a file's partitionValues), and the row each belongs to."""
+    if isinstance(partition_values, pa.ChunkedArray):
+        partition_values = partition_values.combine_chunks()
+    if not len(partition_values):
+        return pa.array([], pa.string()), np.zeros(0, np.int64)
+    offsets = partition_values.offsets.to_numpy()
+    start, end = int(offsets[0]), int(offsets[-1])
+    keys = partition_values.keys.slice(start, end - start)
+    rows = np.repeat(np.arange(len(partition_values), dtype=np.int64), np.diff(offsets))
+    return keys, rows
+
+
 def serialize_partition_value(value: Any, t: PrimitiveType) -> str | None:
     """A partition value as the protocol's "Partition Value Serialization" writes it (None for null).
 

@@ -22,7 +22,7 @@ from airflow_deltaberg.core.delta.commit_actions import read_json_actions
 from airflow_deltaberg.core.delta.file_tables import dv_unique_ids, logical_keys
 from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
-from airflow_deltaberg.core.delta.partition_codec import rows_without_key
+from airflow_deltaberg.core.delta.partition_codec import partition_keys_and_rows, rows_without_key
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths
 from airflow_deltaberg.core.delta.schema import changed_column_id, holds_type, unmapped_column
 from airflow_deltaberg.core.errors import CorruptLogError
@@ -340,12 +340,13 @@ def _refuse_add_and_remove_of_one_logical_file(files: pa.Table, rows: np.ndarray
 
 def refuse_missing_partition_values(adds: pa.Table, metadata: Metadata, table: str,
                                     source_file: Callable[[int], str]) -> None:
-    """Raise CorruptLogError for an add whose partitionValues lacks a partition column (protocol, Consistency
+    """Raise CorruptLogError for an add whose partitionValues holds a key that is not a partition column
+    (``refuse_unknown_partition_keys``) or lacks a partition column (protocol, Consistency
     Between Table Metadata and Data Files: "values for all partition columns present in the schema MUST be present
     for all files in the table"). Delta readers disagree on such a file (deltalake refuses the table, others read
     the value as null), and an Iceberg table would say null where the file's rows hold a value (found by the fuzz
     suite, seed 4 case 7027: a filter on the partition column pruned the file)."""
-    if not adds.num_rows or not metadata.partition_columns:
+    if not adds.num_rows:
         return
     for name, physical in zip(metadata.partition_columns, metadata.physical_partition_columns, strict=True):
         missing = rows_without_key(adds.column("partitionValues"), physical)
@@ -360,6 +361,28 @@ def refuse_missing_partition_values(adds: pa.Table, metadata: Metadata, table: s
                    f"mapping ({metadata.column_mapping_mode!r}) wants" if logical else ""),
                 table=table, version=version, file=source_file(version),
             )
+    refuse_unknown_partition_keys(adds, metadata, table, source_file)
+
+
+def refuse_unknown_partition_keys(adds: pa.Table, metadata: Metadata, table: str,
+                                  source_file: Callable[[int], str]) -> None:
+    """Raise CorruptLogError for an add whose partitionValues holds a key that is not a partition column
+    (physical name): the protocol's partitionValues is "a map from partition column to value". Vectorised: one
+    membership test over every key of every add."""
+    keys, rows = partition_keys_and_rows(adds.column("partitionValues"))
+    if not len(keys):
+        return
+    unknown = np.flatnonzero(~to_numpy(pc.is_in(keys, pa.array(metadata.physical_partition_columns,
+                                                                  pa.string())).fill_null(False)))
+    if not len(unknown):
+        return
+    row = int(rows[unknown[0]])
+    version = adds.column("version")[row].as_py()
+    raise CorruptLogError(
+        f"the add of {adds.column('path')[row].as_py()!r} has the partitionValues key {keys[int(unknown[0])].as_py()!r}"
+        f", which is not a partition column ({len(unknown)} such key(s) in all); partitionValues maps the "
+        "partition columns to values", table=table, version=version, file=source_file(version),
+    )
 
 
 def refuse_file_live_twice(adds: pa.Table, table: str, source_file: Callable[[int], str],
