@@ -132,6 +132,7 @@ def _convert(args: argparse.Namespace) -> int:
         full=args.full,
         format_version=args.format_version,
         verify_stats=args.verify_stats,
+        strict=args.strict,
         retain_snapshots=args.retain_snapshots,
         max_snapshot_age_ms=None if args.max_snapshot_age_hours is None
         else int(args.max_snapshot_age_hours * 3600 * 1000),
@@ -310,6 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="check every file converted against its parquet footer first (the Delta stats cover its "
                            "data, add.size is its size, its column types fit the schema) and refuse (exit 2, nothing "
                            "written) when one does not")
+    conv.add_argument("--strict", action="store_true",
+                      help="refuse (exit 2, nothing written) data files Iceberg readers misread, which are otherwise "
+                           "a warning: timestamps stored as INT64 TIMESTAMP_MILLIS (reads every converted file's "
+                           "footer when the schema has a timestamp)")
     conv.add_argument("--format", choices=("text", "json"), default="text")
     conv.set_defaults(run=_convert)
 

@@ -105,6 +105,13 @@ class CorruptDataFileError(DeltaError):
     """A live data file of the Delta table cannot be read as parquet; ``file`` is the data file."""
 
 
+class MisreadDataFileError(DeltaError):
+    """A data file that Iceberg readers of a conversion would misread: timestamps stored as INT64 TIMESTAMP_MILLIS
+    (Delta allows them, Iceberg stores microseconds; Iceberg Java's row-group filter then skips matching rows).
+    Raised by ``convert(strict=True)`` in place of the warning, before anything is written; ``file`` is the data
+    file and the message names its columns."""
+
+
 class MissingCheckpointPartError(CorruptLogError):
     """A checkpoint that the snapshot needs lacks a part or a sidecar."""
 

@@ -20,7 +20,7 @@ from airflow_deltaberg.core.compat.model import (
     feature_location,
     property_location,
 )
-from airflow_deltaberg.core.compat.schema_rules import COLLATIONS_KEY
+from airflow_deltaberg.core.delta.schema import COLLATIONS_KEY
 
 # IcebergWriterCompatV1 allowlist (RFC). Delta on Spark names the in-commit timestamp feature
 # `inCommitTimestamp`, the protocol text `inCommitTimestamps`: accept both.

@@ -41,8 +41,6 @@ PARTITION_PRIMITIVES = V2_PRIMITIVES
 # Column defaults live in the field metadata under this key (protocol: Default Columns).
 DEFAULT_KEY = "CURRENT_DEFAULT"
 TYPE_CHANGES = "delta.typeChanges"
-# Collated strings keep the type name "string" and carry their collation in field metadata.
-COLLATIONS_KEY = "__COLLATIONS"
 
 
 def _mapped(ctx: CheckContext) -> bool:

@@ -14,6 +14,9 @@ COLUMN_MAPPING_ID = "delta.columnMapping.id"
 COLUMN_MAPPING_PHYSICAL_NAME = "delta.columnMapping.physicalName"
 # Delta on Spark writes nested ids under the first key; the protocol text names the second. Read both.
 NESTED_IDS_KEYS = ("delta.columnMapping.nested.ids", "parquet.field.nested.ids")
+# Collated strings keep the type name "string"; Delta on Spark puts their collations in the field metadata under
+# this key, as a map from the field's path (name, name.element, name.key, name.value) to the collation.
+COLLATIONS_KEY = "__COLLATIONS"
 
 PRIMITIVE_TYPES = frozenset(
     {

@@ -16,9 +16,9 @@ from airflow_deltaberg.core.compat.data_rules import (
 )
 from airflow_deltaberg.core.compat.feature_rules import ALLOWED_FEATURES, ALLOWED_IF_INACTIVE, IDENTITY_KEYS
 from airflow_deltaberg.core.compat.model import CheckContext, Finding, Level
-from airflow_deltaberg.core.compat.schema_rules import COLLATIONS_KEY, MAX_COLUMN_ID, V2_PRIMITIVES
+from airflow_deltaberg.core.compat.schema_rules import MAX_COLUMN_ID, V2_PRIMITIVES
 from airflow_deltaberg.core.compat.validate import validate_snapshot
-from airflow_deltaberg.core.delta.schema import PrimitiveType, nested_slots
+from airflow_deltaberg.core.delta.schema import COLLATIONS_KEY, PrimitiveType, nested_slots
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.enable.levels import (

@@ -38,6 +38,7 @@ from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, sche
 from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files, expire_snapshots
 from airflow_deltaberg.core.iceberg.file_manifests import ManifestEngine, in_process, write_snapshot_manifests
 from airflow_deltaberg.core.iceberg.manifest import FORMAT_VERSIONS
+from airflow_deltaberg.core.iceberg.misread import collation_warnings, millis_warnings
 from airflow_deltaberg.core.iceberg.publish import (
     METADATA_DIR,
     PublishedMetadata,
@@ -124,6 +125,7 @@ def convert(
     max_snapshot_age_ms: int | None = None,
     format_version: int | None = None,
     verify_stats: bool = False,
+    strict: bool = False,
 ) -> ConversionResult:
     """Convert the Delta table at ``location`` up to ``version`` (latest by default) and register it.
 
@@ -145,6 +147,11 @@ def convert(
     data, ``add.size`` must be its size, and its column types must be ones Delta writes for the schema's types. It
     refuses with StatsMismatchError (naming the table, version and data file) otherwise: Iceberg readers would skip
     rows of that file, or fail to read it. Off by default: it reads the footer of every such file.
+
+    ``warnings`` of the result name what Iceberg readers misread (``core.iceberg.misread``): data files storing
+    timestamps as INT64 TIMESTAMP_MILLIS (every converted file judged under ``verify_stats`` or ``strict``, a
+    sample of them otherwise) and collated string columns. ``strict`` refuses such data files instead
+    (MisreadDataFileError naming the file and its columns), before anything is written.
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
@@ -180,9 +187,11 @@ def convert(
                 log.info("%s: full conversion to upgrade the Iceberg table from format version %s to %s",
                          table.location, published_format, wanted_format)
         else:
-            progress = convert_incremental(table, tip, target, storage_options, verify_stats=verify_stats)
+            progress = convert_incremental(table, tip, target, storage_options, verify_stats=verify_stats,
+                                           strict=strict)
             if progress.fall_back is None:
                 tip, files_added, files_removed = progress.tip, progress.files_added, progress.files_removed
+                warnings += progress.warnings
                 written, outside = progress.snapshots_written, progress.files_outside_table
             else:
                 log.info("%s: full conversion instead of incremental: %s", table.location, progress.fall_back)
@@ -197,9 +206,13 @@ def convert(
             with large_buffer_pool():
                 snapshot = table.snapshot(segment=segment)
                 outside = files_outside_table(snapshot.state.adds, table.location).count
+                verified = None
                 if verify_stats:
                     converted, _ = schema_and_spec(snapshot.metadata, table.location, tip, wanted_format)
-                    verify_snapshot_stats(table.storage, snapshot, converted.name_mapping)
+                    verified = verify_snapshot_stats(table.storage, snapshot, converted.name_mapping)
+                warnings += millis_warnings(table.storage, snapshot.state.adds, [snapshot.schema],
+                                            table=table.location, version=snapshot.version, strict=strict,
+                                            verified=verified)
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,
@@ -222,6 +235,8 @@ def convert(
     for key in dropped_metadata_files(table.storage, published, tip.published):
         table.storage.delete(key)
     current = tip.published.metadata.current_snapshot_id or 0
+    if tip.state is not None:
+        warnings += collation_warnings(tip.state.delta_metadata.schema)
     return ConversionResult(
         table=table.location,
         mode=mode,

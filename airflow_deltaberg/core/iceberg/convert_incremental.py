@@ -41,6 +41,7 @@ from airflow_deltaberg.core.iceberg.file_manifests import (
     two_at_a_time,
     write_entry_manifests,
 )
+from airflow_deltaberg.core.iceberg.misread import millis_warnings
 from airflow_deltaberg.core.iceberg.position_deletes import delete_file_key
 from airflow_deltaberg.core.iceberg.verify_stats import verify_commit_stats
 from airflow_deltaberg.core.storage import Storage
@@ -58,6 +59,7 @@ class Progress:
     snapshots_written: int = 0
     files_outside_table: int = 0  # data and DV files they added that lie outside the table root
     fall_back: str | None = None
+    warnings: tuple[str, ...] = ()  # about the files added (core.iceberg.misread)
 
 
 def _operation(changes: pa.Array, summary: dict[str, str]) -> Operation:
@@ -199,10 +201,11 @@ def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: Sn
 
 def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
                         storage_options: Mapping[str, Any] | None = None, *,
-                        verify_stats: bool = False) -> Progress:
+                        verify_stats: bool = False, strict: bool = False) -> Progress:
     """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; a progress
     with ``fall_back`` when the commits or the conversion state are not available. ``verify_stats``: the added
-    files' stats are checked against their footers before the first snapshot is written."""
+    files' stats are checked against their footers before the first snapshot is written. ``strict``: added files
+    Iceberg readers misread are refused then too (``core.iceberg.misread``), else they are warned about."""
     if tip.state is None or tip.published is None:
         return Progress(tip, fall_back="no conversion state next to the current Iceberg snapshot")
     format_version = tip.published.metadata.format_version  # another one is reached by a full conversion
@@ -213,15 +216,21 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
         return Progress(tip, fall_back=f"the commits after version {start - 1} are gone ({exc})")
     actions = commit_range.actions
     metadata = tip.state.delta_metadata
+    verified = None
     if verify_stats:
-        verify_commit_stats(table.storage, table.location, actions, metadata, start, target_version,
-                            lambda m: schema_and_spec(m, table.location, tip, format_version)[0].name_mapping)
+        verified = verify_commit_stats(table.storage, table.location, actions, metadata, start, target_version,
+                                       lambda m: schema_and_spec(m, table.location, tip,
+                                                                 format_version)[0].name_mapping)
     try:
         metadata_by_version = commit_range.metadata_changes()
     except CorruptLogError as exc:
         # A version in between whose metaData a later commit replaces cannot be read (nor converted on its own);
         # the target version still can be, in full.
         return Progress(tip, fall_back=f"a version after {start - 1} cannot be read on its own ({exc})")
+    added = actions.file_actions.filter(actions.file_actions.column("is_add"))
+    schemas = [metadata.schema, *(m.schema for m in metadata_by_version.values())]
+    warnings = millis_warnings(table.storage, added, schemas, table=table.location, version=target_version,
+                               strict=strict, verified=verified)
     protocols = {version: Protocol.from_action(body) for version, name, body in actions.other_actions
                  if name == "protocol"}  # parsed and checked by table.commits already
     files_added = files_removed = written = outside = 0
@@ -275,4 +284,4 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
         files_added += added
         files_removed += removed
         written += 1
-    return Progress(tip, files_added, files_removed, written, outside)
+    return Progress(tip, files_added, files_removed, written, outside, warnings=tuple(warnings))

@@ -8,7 +8,8 @@ types would make them fail. The checks are the ones ``validate --data-checks`` m
 data.file-types-match-schema), on every file instead of a sample.
 
 Off by default: it reads the footer of every file (a full conversion) or of every added file (incremental), and
-the values of the columns whose footer statistics are missing.
+the values of the columns whose footer statistics are missing. It also returns the files whose footers say they
+store timestamps in milliseconds (``core.iceberg.misread``: a warning, or a refusal under ``strict``).
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from airflow_deltaberg.core.delta.footer_stats import (
 )
 from airflow_deltaberg.core.delta.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
+from airflow_deltaberg.core.delta.timestamp_units import millis_columns
 from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError, StatsParseError
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.file_field_ids import field_id_conflicts
 from airflow_deltaberg.core.iceberg.file_manifests import with_parsed_stats
+from airflow_deltaberg.core.iceberg.misread import MillisFile
 from airflow_deltaberg.core.storage import Storage
 
 #: Files whose footers are read (eight at a time) before the next slice's stats are turned into Python objects.
@@ -43,17 +46,20 @@ SLICE_ROWS = 4096
 READERS = 8
 
 
-def verify_snapshot_stats(storage: Storage, snapshot: Snapshot, mapping: NameMapping | None = None) -> None:
+def verify_snapshot_stats(storage: Storage, snapshot: Snapshot,
+                          mapping: NameMapping | None = None) -> list[MillisFile]:
     """Check every live file of ``snapshot`` (a full conversion); with ``mapping`` (the converted schema's name
-    mapping), also that the files' field ids give the columns their names do."""
-    verify_file_stats(storage, snapshot.files, snapshot.metadata, snapshot.table, mapping)
+    mapping), also that the files' field ids give the columns their names do. Returns the files storing
+    millisecond timestamps."""
+    return verify_file_stats(storage, snapshot.files, snapshot.metadata, snapshot.table, mapping)
 
 
 def verify_commit_stats(storage: Storage, table: str, actions: ActionBatch, metadata: Metadata, start: int,
-                        end: int, mapping_of: Callable[[Metadata], NameMapping] | None = None) -> None:
+                        end: int, mapping_of: Callable[[Metadata], NameMapping] | None = None) -> list[MillisFile]:
     """Check the files added by commits ``start``..``end`` (an incremental conversion), each commit's with the
     metadata in force at its version (``metadata`` is the one before ``start``) and, with ``mapping_of``, the name
-    mapping of the schema converted from it."""
+    mapping of the schema converted from it. Returns the files storing millisecond timestamps."""
+    millis: list[MillisFile] = []
     changes = {v: body for v, name, body in actions.other_actions if name == "metaData"}
     file_actions = actions.file_actions
     for version in range(start, end + 1):
@@ -68,23 +74,29 @@ def verify_commit_stats(storage: Storage, table: str, actions: ActionBatch, meta
         except StatsParseError as exc:
             raise CorruptLogError(exc.describe(), table=table, version=version,
                                   file=storage.uri(commit_key(version))) from exc
-        verify_file_stats(storage, rows, metadata, table, mapping_of(metadata) if mapping_of else None)
+        millis += verify_file_stats(storage, rows, metadata, table, mapping_of(metadata) if mapping_of else None)
+    return millis
 
 
 def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, table: str,
-                      mapping: NameMapping | None = None) -> None:
+                      mapping: NameMapping | None = None) -> list[MillisFile]:
     """Check ``files`` (path, size, stats_parsed, version, deletionVector when there) against the files: raise
     StatsMismatchError naming the first file whose add action does not match it (stats that do not cover its
     data, a size that is not its size, field ids that ``mapping`` resolves to other columns), and how many more
-    there are in the slice of files read with it."""
+    there are in the slice of files read with it. Returns the files storing millisecond timestamps."""
     mode, partition_columns = metadata.column_mapping_mode, metadata.partition_columns
     columns = stats_columns(metadata.schema, mode, partition_columns)
     prefix = string_prefix_length(metadata.configuration)
     wanted = [c for c in ("path", "size", "stats_parsed", "deletionVector", "version", "partitionValues")
               if c in files.column_names]
 
+    millis: list[MillisFile] = []
+
     def check(row: dict[str, Any], location: str) -> list[str]:
         footer = read_file_footer(storage, location, table=table, context="; nothing was converted")
+        millis_in_file = millis_columns(footer.metadata)
+        if millis_in_file:
+            millis.append(MillisFile(location, tuple(millis_in_file), row.get("version")))
         problems = type_mismatches(metadata.schema, mode, partition_columns, footer.metadata)
         problems += add_mismatches(storage, row, footer, metadata, columns, prefix)
         if mapping is not None:
@@ -105,6 +117,7 @@ def verify_file_stats(storage: Storage, files: pa.Table, metadata: Metadata, tab
                     "would skip its rows, read other columns or fail to read it: recompute its stats and size, or "
                     "rewrite it with the schema's types and ids; nothing was converted",
                     table=table, version=rows[i].get("version"), file=locations[i])
+    return sorted(millis, key=lambda f: f.location)  # read on threads: in a stable order
 
 
 def _slices(files: pa.Table) -> Iterator[pa.Table]:
