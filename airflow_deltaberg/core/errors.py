@@ -37,6 +37,12 @@ class StorageConfigError(StorageError):
     retryable = False
 
 
+class LinkOutsideTableError(StorageConfigError):
+    """A folder the converter writes into (``_iceberg`` or one below it) is a link that resolves outside the
+    table root: writing through it would put the files of this table into another place (another table's
+    ``_iceberg``). Refused before anything is written."""
+
+
 class FileAlreadyExistsError(StorageError):
     """A write-if-absent found the key already there with other bytes than it meant to write (another writer won;
     the same bytes are this writer's own write whose response was lost, and count as written)."""

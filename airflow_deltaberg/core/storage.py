@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 from airflow_deltaberg.core.errors import (
     DeltabergError,
     FileAlreadyExistsError,
+    LinkOutsideTableError,
     StorageConfigError,
     StorageError,
     StorageWriteRefusedError,
@@ -170,11 +171,19 @@ class LocalStorage(Storage):
         return os.path.join(self.root, *key.split("/")) if key else self.root
 
     def check_folder(self, key: str) -> None:
+        """Also LinkOutsideTableError when a folder of the chain resolves (through links) outside the table root:
+        files written below it would land there."""
+        root = os.path.realpath(self.root)
         path = self.root
         for part in key.strip("/").split("/"):
             path = os.path.join(path, part)
             if not os.path.lexists(path):
                 return
+            target = os.path.realpath(path)
+            if os.path.commonpath([root, target]) != root:
+                raise LinkOutsideTableError(f"{path} resolves to {target}, outside the table root {root} (table "
+                                            f"{self.root}): nothing is written through it; replace the link by a "
+                                            "folder")
             if not os.path.isdir(path):
                 raise StorageConfigError(f"{path} is not a folder, so nothing can be written below it (table "
                                          f"{self.root}); move it away")
