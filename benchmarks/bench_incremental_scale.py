@@ -35,7 +35,7 @@ from bench_convert import COMMIT_FILES, INCREMENTAL_RATIO, INCREMENTAL_SECONDS, 
 #: (module, function, phase): the functions timed by ``--phases``, wrapped where their callers look them up.
 PHASES = (
     ("airflow_deltaberg.core.iceberg.convert", "convert", "convert (all)"),
-    ("airflow_deltaberg.core.iceberg.convert", "latest_metadata", "read metadata.json"),
+    ("airflow_deltaberg.core.iceberg.convert", "adopted_history", "read metadata.json (and check it)"),
     ("airflow_deltaberg.core.iceberg.convert", "_current_state", "read conversion state"),
     ("airflow_deltaberg.core.iceberg.convert", "convert_incremental", "convert_incremental"),
     ("airflow_deltaberg.core.iceberg.convert_incremental", "plan_snapshot", "  plan snapshot"),

@@ -44,8 +44,8 @@ from airflow_deltaberg.core.iceberg.publish import (
     PublishedMetadata,
     dropped_metadata_files,
     ensure_version_hint,
-    latest_metadata,
 )
+from airflow_deltaberg.core.iceberg.table_identity import adopted_history, history_for
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
 from airflow_deltaberg.core.iceberg.verify_stats import verify_snapshot_stats
 from airflow_deltaberg.core.memory_pool import large_buffer_pool
@@ -161,7 +161,8 @@ def convert(
     # The latest version's log segment is the one a full conversion reads: the log is listed once.
     segment = table.log_segment() if version is None else None
     target = segment.version if segment is not None else version
-    published = latest_metadata(table.storage)
+    history = adopted_history(table.storage, target, table.latest_version)
+    published = history.published
     published_format = published.metadata.format_version if published else None
     wanted_format = format_version or published_format or 2
     if wanted_format not in FORMAT_VERSIONS:
@@ -172,16 +173,18 @@ def convert(
     upgrade = published_format is not None and wanted_format > published_format
     if identifier is not None:
         check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
-    tip = Tip(published, _current_state(table.storage, published))
+    tip = Tip(published, _current_state(table.storage, published), seen_version=history.newest_version)
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
     files_added = files_removed = written = outside = 0
-    fall_back: str | None = None
-    warnings: list[str] = []
-    if published is not None and converted_version == target and not full and not upgrade:
+    # Ignored metadata files and a history that cannot be checked against the log are said, and convert in full.
+    fall_back = None if full else history.fall_back
+    warnings = list(history.warnings)
+    new_history: str | None = None
+    if published is not None and converted_version == target and not full and not upgrade and fall_back is None:
         mode = "up-to-date"
     else:
         mode = "incremental"
-        if full or published is None or converted_version > target or upgrade:
+        if full or published is None or converted_version > target or upgrade or fall_back is not None:
             mode = "full"
             if upgrade:
                 log.info("%s: full conversion to upgrade the Iceberg table from format version %s to %s",
@@ -205,6 +208,10 @@ def convert(
                 stats_template.warm_up()  # while the log loads
             with large_buffer_pool():
                 snapshot = table.snapshot(segment=segment)
+                # Another Delta table (or history) than the tip's starts a new Iceberg history.
+                tip, new_history = history_for(tip, snapshot.metadata.id, history)
+                if new_history is not None:
+                    warnings.append(new_history)
                 outside = files_outside_table(snapshot.state.adds, table.location).count
                 verified = None
                 if verify_stats:
@@ -232,8 +239,12 @@ def convert(
     # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
     # metadata files that fell out of the metadata log.
     delete_expired_files(table.storage, expiry)
-    for key in dropped_metadata_files(table.storage, published, tip.published):
-        table.storage.delete(key)
+    # Metadata files of an earlier history stay: a reader may hold a pointer to them (they are named by none of
+    # this history's files); nor is a file this run ignored deleted.
+    same_history = published is not None and new_history is None
+    for key in dropped_metadata_files(table.storage, published, tip.published) if same_history else ():
+        if key not in history.ignored:
+            table.storage.delete(key)
     current = tip.published.metadata.current_snapshot_id or 0
     if tip.state is not None:
         warnings += collation_warnings(tip.state.delta_metadata.schema)

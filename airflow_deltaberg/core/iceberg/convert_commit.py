@@ -26,6 +26,7 @@ from airflow_deltaberg.core.iceberg.manifest import (
 )
 from airflow_deltaberg.core.iceberg.publish import ICEBERG_DIR, METADATA_DIR, metadata_key, publish_metadata
 from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY
+from airflow_deltaberg.core.iceberg.table_identity import FINGERPRINT, commit_fingerprint
 from airflow_deltaberg.core.iceberg.table_metadata import (
     DELETE_AFTER_COMMIT,
     DELTA_COLUMN_MAPPING_MODE,
@@ -85,7 +86,8 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
     mode = plan.metadata.column_mapping_mode
     metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
                            DELTA_COLUMN_MAPPING_MODE: mode, PREVIOUS_VERSIONS_MAX: str(METADATA_VERSIONS_KEPT),
-                           DELETE_AFTER_COMMIT: "true", **plan.converted.properties}
+                           DELETE_AFTER_COMMIT: "true", FINGERPRINT: commit_fingerprint(storage, plan.delta_version),
+                           **plan.converted.properties}
     reset = resets_history(tip, plan.metadata)
     if reset:
         log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
@@ -107,7 +109,7 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
         format_version=plan.format_version,
         lineage=lineage,
     )
-    published = publish_metadata(storage, (tip.published.version if tip.published else 0) + 1, metadata)
+    published = publish_metadata(storage, tip.next_version, metadata)
     return Tip(published, state)
 
 
@@ -150,8 +152,7 @@ def discarded_unless_published(storage: Storage, tip: Tip, plan: SnapshotPlan) -
     try:
         yield
     except BaseException:
-        version = (tip.published.version if tip.published else 0) + 1
-        if not _published_by(storage, version, plan.attempt):
+        if not _published_by(storage, tip.next_version, plan.attempt):
             try:
                 for key in attempt_keys(storage, plan.attempt):
                     storage.delete(key)

@@ -27,6 +27,13 @@ class Tip:
 
     published: PublishedMetadata | None
     state: ConversionState | None
+    #: The newest metadata version in the folder, adopted or not: the next one is written above it (write-if-absent
+    #: names; a new history, or a metadata file that was ignored, still holds its number).
+    seen_version: int = 0
+
+    @property
+    def next_version(self) -> int:
+        return max(self.published.version if self.published else 0, self.seen_version) + 1
 
     @property
     def total_files(self) -> int:

@@ -27,7 +27,9 @@ from airflow_deltaberg.core.storage import Storage
 ICEBERG_DIR = "_iceberg"
 METADATA_DIR = f"{ICEBERG_DIR}/metadata"
 VERSION_HINT = f"{METADATA_DIR}/version-hint.text"
-_METADATA_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
+# ASCII digits without a leading zero: the names this converter writes (``\d`` would take ``v٣``, and int() reads
+# ``v03`` as 3: both would name a file that does not exist).
+_METADATA_FILE = re.compile(r"^v([1-9][0-9]*)\.metadata\.json$")
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,9 @@ def _hinted_version(storage: Storage) -> int | None:
     return int(text) if text.isdigit() and storage.exists(metadata_key(int(text))) else None
 
 
-def latest_metadata(storage: Storage) -> PublishedMetadata | None:
-    """The newest complete metadata file.
+def metadata_versions(storage: Storage) -> list[int]:
+    """Versions of the complete metadata files, newest first: from the one the hint names up, or without a usable
+    hint every one the folder holds.
 
     Versions are published one after the other (write-if-absent of v<N+1>), so from the version the hint names,
     the newest is found by probing the next ones: a crash between writing a metadata file and moving the hint
@@ -59,19 +62,29 @@ def latest_metadata(storage: Storage) -> PublishedMetadata | None:
     manifest) is listed.
     """
     version = _hinted_version(storage)
-    if version is not None:
-        while storage.exists(metadata_key(version + 1)):
-            version += 1
-    else:
-        versions = [v for e in storage.list_from(METADATA_DIR) if (v := metadata_file_version(e.name)) is not None]
-        if not versions:
-            return None
-        version = max(versions)
+    if version is None:
+        return sorted((v for e in storage.list_from(METADATA_DIR) if (v := metadata_file_version(e.name)) is not None),
+                      reverse=True)
+    versions = [version]
+    while storage.exists(metadata_key(versions[-1] + 1)):
+        versions.append(versions[-1] + 1)
+    return versions[::-1]
+
+
+def read_metadata(storage: Storage, version: int) -> PublishedMetadata:
+    """Metadata file ``version``; DeltabergError when it is not Iceberg format version 2 or 3."""
     key = metadata_key(version)
     metadata = parse_table_metadata(storage.read(key))
     if not isinstance(metadata, (TableMetadataV2, TableMetadataV3)):
         raise DeltabergError(f"{storage.uri(key)} is not Iceberg format version 2 or 3 metadata")
     return PublishedMetadata(version, key, storage.uri(key), metadata)
+
+
+def latest_metadata(storage: Storage) -> PublishedMetadata | None:
+    """The newest complete metadata file (``metadata_versions``), whoever wrote it: a conversion adopts only its
+    own (``table_identity.adopted_history``)."""
+    versions = metadata_versions(storage)
+    return read_metadata(storage, versions[0]) if versions else None
 
 
 def metadata_json(metadata: TableMetadata) -> bytes:

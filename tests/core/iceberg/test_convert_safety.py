@@ -26,6 +26,7 @@ from support.oracle import Rows, delta_rows, open_sql_catalog, rows_of, sql_cata
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
 import airflow_deltaberg.core.iceberg.convert_commit as commit_module
+import airflow_deltaberg.core.iceberg.table_identity as identity_module
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import (
     ConcurrentConversionError,
@@ -498,10 +499,10 @@ def test_race_loser_keeps_the_winners_conversion_state(tmp_path: Path, monkeypat
     make_table(path)
     run_convert(path, tmp_path)
     add_commits(path)
-    stale = convert_module.latest_metadata(open_storage(str(path)))
+    stale = identity_module.metadata_versions(open_storage(str(path)))
     winner = run_convert(path, tmp_path)
-    # The loser read the table before the winner published: it builds on the same previous state.
-    monkeypatch.setattr(convert_module, "latest_metadata", lambda storage: stale)
+    # The loser listed the metadata before the winner published: it builds on the same previous state.
+    monkeypatch.setattr(identity_module, "metadata_versions", lambda storage: stale)
     with pytest.raises(ConcurrentConversionError):
         run_convert(path, tmp_path)
     monkeypatch.undo()
