@@ -18,7 +18,7 @@ import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.cli import main_exit_code
-from support.delta_log import commit_file
+from support.delta_log import append_commit, commit_file, read_actions
 from support.oracle import delta_rows, open_sql_catalog, rows_of, sql_catalog_config
 
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
@@ -83,7 +83,7 @@ def assert_new_history(path: Path, tmp_path: Path, result: ConversionResult, old
     """A full conversion of the new table only, said and pointed to, leaving the old history's files alone."""
     new_id = deltalake.DeltaTable(str(path)).metadata().id
     assert result.mode == "full"
-    assert result.fall_back is not None and "new Iceberg history" in result.fall_back
+    assert result.fall_back is not None
     assert any(old_id in w and new_id in w for w in result.warnings), result.warnings
     assert result.records == len(delta_rows(path))
     metadata = metadata_of(result.metadata_location)
@@ -122,6 +122,7 @@ def test_recreated_table_starts_a_new_history(tmp_path: Path, sizes: list[int]) 
     recreate(path, [3] * (len(sizes) - 1) + [6])
     result = run(path, tmp_path)
     assert_new_history(path, tmp_path, result, old_id, old_files)
+    assert "new Iceberg history" in (result.fall_back or "")
     # The next commit goes on incrementally from the new history, with no warning left.
     write_deltalake(str(path), _batch(5000, 4), mode="append")
     again = run(path, tmp_path)
@@ -140,6 +141,21 @@ def test_recreated_table_with_an_added_column_gets_its_schema(tmp_path: Path) ->
     assert_new_history(path, tmp_path, result, old_id, old_files)
     schema = catalog_table(tmp_path).schema()
     assert [f.name for f in schema.fields] == ["id", "label", "note"]
+
+
+def test_table_id_changed_by_a_commit_starts_a_new_history(tmp_path: Path) -> None:
+    """A later commit of the same log giving the table another metaData.id (a replaced table): the incremental run
+    falls back to a full conversion, which is a new history (its uuid derives from the new id)."""
+    path = tmp_path / "events"
+    write_versions(path, [4, 4])
+    old_id = deltalake.DeltaTable(str(path)).metadata().id
+    run(path, tmp_path)
+    old_files = metadata_folder(path)
+    metadata = next(a["metaData"] for a in read_actions(commit_file(path, 0)) if "metaData" in a)
+    append_commit(path, [{"metaData": {**metadata, "id": "a1b2c3d4-0000-4000-8000-000000000026"}}])
+    result = run(path, tmp_path)
+    assert_new_history(path, tmp_path, result, old_id, old_files)
+    assert "replaces the table" in (result.fall_back or "")
 
 
 def test_commit_gone_by_log_cleanup_converts_in_full_on_the_same_history(tmp_path: Path) -> None:
