@@ -153,6 +153,11 @@ class ConversionStateError(DeltabergError):
     which writes both again."""
 
 
+class TablePropertyError(DeltabergError):
+    """An Iceberg table property the converter follows (manifest merging, metadata files kept) has a value it cannot
+    use; nothing was written."""
+
+
 class DeleteFileMismatchError(DeltabergError):
     """A delete file already at its deterministic name does not hold the rows this conversion derives."""
 

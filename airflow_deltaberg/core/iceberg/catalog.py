@@ -73,7 +73,8 @@ from airflow_deltaberg.core.errors import (
     DeltabergError,
 )
 from airflow_deltaberg.core.iceberg.publish import metadata_file_version
-from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_properties import DELETE_AFTER_COMMIT
 from airflow_deltaberg.core.redact import location_text
 
 log = logging.getLogger(__name__)

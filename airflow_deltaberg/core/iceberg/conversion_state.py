@@ -162,6 +162,14 @@ class ManifestTable:
         combined = pa.concat_tables([self.table, new_table]).take(pa.array(order))
         return ManifestTable(combined, self.list_rows_version)
 
+    def without_positions(self, positions: Sequence[int]) -> ManifestTable:
+        """The manifests without those at ``positions``."""
+        if not positions:
+            return self
+        keep = np.ones(len(self), bool)
+        keep[list(positions)] = False
+        return ManifestTable(self.table.filter(pa.array(keep)), self.list_rows_version)
+
     def without_spent(self, snapshot_id: int) -> ManifestTable:
         """Without the manifests an earlier snapshot than ``snapshot_id`` left with no live entry (every entry
         DELETED): the snapshot that deleted the entries lists them, the next ones need not (as Iceberg's own

@@ -47,6 +47,7 @@ from airflow_deltaberg.core.iceberg.publish import (
 )
 from airflow_deltaberg.core.iceberg.table_identity import adopted_history, history_for
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_properties import check_table_properties
 from airflow_deltaberg.core.iceberg.verify_stats import verify_snapshot_stats
 from airflow_deltaberg.core.memory_pool import large_buffer_pool
 from airflow_deltaberg.core.storage import Storage
@@ -80,7 +81,8 @@ class ConversionResult:
 
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
                  storage_options: Mapping[str, Any] | None = None,
-                 manifest_writer: ManifestEngine | None = None, format_version: int = 2) -> tuple[Tip, int, int]:
+                 manifest_writer: ManifestEngine | None = None, format_version: int = 2,
+                 table_properties: Mapping[str, str] | None = None) -> tuple[Tip, int, int]:
     """One Iceberg snapshot listing every live file of ``snapshot``."""
     storage = table.storage
     version, file = snapshot.defined_in or (snapshot.version, None)
@@ -90,7 +92,7 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     refuse_unsupported_metadata(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
                                 file=file)
     plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.protocol, snapshot.version, snapshot.timestamp,
-                         storage_options, format_version)
+                         storage_options, format_version, table_properties)
     with discarded_unless_published(storage, tip, plan):
         manifests = ManifestTable.from_records(write_snapshot_manifests(storage, plan, snapshot,
                                                                         manifest_writer or in_process))
@@ -126,6 +128,7 @@ def convert(
     format_version: int | None = None,
     verify_stats: bool = False,
     strict: bool = False,
+    table_properties: Mapping[str, str] | None = None,
 ) -> ConversionResult:
     """Convert the Delta table at ``location`` up to ``version`` (latest by default) and register it.
 
@@ -152,11 +155,16 @@ def convert(
     timestamps as INT64 TIMESTAMP_MILLIS (every converted file judged under ``verify_stats`` or ``strict``, a
     sample of them otherwise) and collated string columns. ``strict`` refuses such data files instead
     (MisreadDataFileError naming the file and its columns), before anything is written.
+
+    ``table_properties`` sets Iceberg table properties the converter follows (``table_properties.SETTABLE``:
+    manifest merging, metadata files kept); the table keeps them for later runs. Others are refused
+    (TablePropertyError), as are values that are not ones, before anything is written.
     """
     started = time.monotonic()
     table = DeltaTable(location, storage_options)
     if identifier is not None:
         check_identifier(identifier, table.location)  # before anything is written
+    check_table_properties(table_properties or {}, table=table.location)
     table.storage.check_folder(METADATA_DIR)  # a file in the way: refused before anything is written
     # The latest version's log segment is the one a full conversion reads: the log is listed once.
     segment = table.log_segment() if version is None else None
@@ -191,7 +199,7 @@ def convert(
                          table.location, published_format, wanted_format)
         else:
             progress = convert_incremental(table, tip, target, storage_options, verify_stats=verify_stats,
-                                           strict=strict)
+                                           strict=strict, table_properties=table_properties)
             if progress.fall_back is None:
                 tip, files_added, files_removed = progress.tip, progress.files_added, progress.files_removed
                 warnings += progress.warnings
@@ -223,7 +231,8 @@ def convert(
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,
-                                                               format_version=wanted_format)
+                                                               format_version=wanted_format,
+                                                               table_properties=table_properties)
             written += 1
     assert tip.published is not None
     expiry = Expiry(0, None)

@@ -28,13 +28,17 @@ from airflow_deltaberg.core.iceberg.publish import ICEBERG_DIR, METADATA_DIR, me
 from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY
 from airflow_deltaberg.core.iceberg.table_identity import FINGERPRINT, commit_fingerprint
 from airflow_deltaberg.core.iceberg.table_metadata import (
-    DELETE_AFTER_COMMIT,
     DELTA_COLUMN_MAPPING_MODE,
-    PREVIOUS_VERSIONS_MAX,
     RowLineage,
     SnapshotSpec,
     build_metadata,
     next_row_id,
+)
+from airflow_deltaberg.core.iceberg.table_properties import (
+    DEFAULT_DELETE_AFTER_COMMIT,
+    DEFAULT_PREVIOUS_VERSIONS,
+    DELETE_AFTER_COMMIT,
+    PREVIOUS_VERSIONS_MAX,
 )
 from airflow_deltaberg.core.storage import Storage
 
@@ -42,9 +46,11 @@ log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 
-#: Metadata files of earlier versions kept (and named in the metadata log); older ones are deleted once every
-#: pointer has moved on, by this converter for its own files and by the catalogs for theirs.
-METADATA_VERSIONS_KEPT = 100
+#: The metadata-file properties a table gets when it has none (``table_properties``): kept ones are honoured.
+#: Older metadata files are deleted once every pointer has moved on, by this converter for its own files and by the
+#: catalogs for theirs.
+METADATA_FILE_DEFAULTS = {PREVIOUS_VERSIONS_MAX: str(DEFAULT_PREVIOUS_VERSIONS),
+                          DELETE_AFTER_COMMIT: str(DEFAULT_DELETE_AFTER_COMMIT).lower()}
 
 
 def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: ManifestTable,
@@ -84,10 +90,12 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
                                  format_version=plan.format_version,
                                  first_row_id=lineage.first_row_id if lineage else None)
     mode = plan.metadata.column_mapping_mode
-    metadata_properties = {NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
-                           DELTA_COLUMN_MAPPING_MODE: mode, PREVIOUS_VERSIONS_MAX: str(METADATA_VERSIONS_KEPT),
-                           DELETE_AFTER_COMMIT: "true", FINGERPRINT: commit_fingerprint(storage, plan.delta_version),
-                           **plan.converted.properties}
+    kept = prev.properties if prev else {}
+    metadata_properties = {**{k: v for k, v in METADATA_FILE_DEFAULTS.items() if k not in kept},
+                           NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
+                           DELTA_COLUMN_MAPPING_MODE: mode,
+                           FINGERPRINT: commit_fingerprint(storage, plan.delta_version),
+                           **plan.converted.properties, **plan.table_properties}
     reset = resets_history(tip, plan.metadata)
     if reset:
         log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "

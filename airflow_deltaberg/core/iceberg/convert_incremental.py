@@ -41,6 +41,7 @@ from airflow_deltaberg.core.iceberg.file_manifests import (
     two_at_a_time,
     write_entry_manifests,
 )
+from airflow_deltaberg.core.iceberg.manifest_merge import MergeSettings, merge_manifests
 from airflow_deltaberg.core.iceberg.misread import millis_warnings
 from airflow_deltaberg.core.iceberg.position_deletes import delete_file_key
 from airflow_deltaberg.core.iceberg.verify_stats import verify_commit_stats
@@ -110,7 +111,8 @@ def _remove_entries(
 
 def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Table,
                     removes: pa.Table) -> tuple[Tip, int, int]:
-    """One Iceberg snapshot for one Delta commit's add and remove actions.
+    """One Iceberg snapshot for one Delta commit's add and remove actions, its small manifests merged as the table
+    properties say (``manifest_merge``).
 
     A path both removed and added in the commit is the same data file with a new deletion vector (or none):
     its data entry stays, and only its position deletes change.
@@ -140,6 +142,9 @@ def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Tab
         if entries.deletes is not None:
             added += write_entry_manifests(storage, plan, entries.deletes, content="deletes")
     manifests = manifests.with_changes(rewritten, added).without_spent(plan.snapshot_id)
+    assert tip.published is not None  # as tip.state
+    settings = MergeSettings.of({**tip.published.metadata.properties, **plan.table_properties}, table=plan.table)
+    manifests = merge_manifests(storage, manifests, plan, settings)
     summary = snapshot_summary(manifests, plan.snapshot_id)
     new_tip = commit_snapshot(storage, tip, plan, manifests, _operation(changes, summary), summary)
     return new_tip, int(summary["added-data-files"]), int(summary["deleted-data-files"])
@@ -201,7 +206,8 @@ def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: Sn
 
 def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
                         storage_options: Mapping[str, Any] | None = None, *,
-                        verify_stats: bool = False, strict: bool = False) -> Progress:
+                        verify_stats: bool = False, strict: bool = False,
+                        table_properties: Mapping[str, str] | None = None) -> Progress:
     """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; a progress
     with ``fall_back`` when the commits or the conversion state are not available. ``verify_stats``: the added
     files' stats are checked against their footers before the first snapshot is written. ``strict``: added files
@@ -270,7 +276,8 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
         outside += files_outside_table(adds, table.location).count
         timestamp = (commit_range.entries[version].mtime_ms if protocol is None
                      else table.commit_timestamp(commit_range, version, protocol, metadata, metadata_version))
-        plan = plan_snapshot(table, tip, metadata, protocol, version, timestamp, storage_options, format_version)
+        plan = plan_snapshot(table, tip, metadata, protocol, version, timestamp, storage_options, format_version,
+                             table_properties)
         try:
             with discarded_unless_published(table.storage, tip, plan):
                 tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)

@@ -65,9 +65,9 @@ def schema_and_spec(metadata: Metadata, table: str, tip: Tip,
 
 def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Protocol | None, delta_version: int,
                   timestamp_ms: int, storage_options: Mapping[str, Any] | None = None,
-                  format_version: int = 2) -> SnapshotPlan:
+                  format_version: int = 2, table_properties: Mapping[str, str] | None = None) -> SnapshotPlan:
     """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip`` (``metadata`` and ``protocol``: the
-    Delta metaData and protocol in force at that version).
+    Delta metaData and protocol in force at that version; ``table_properties``: Iceberg table properties to set).
 
     Raises CorruptLogError when the schema uses a column mapping id above ``delta.columnMapping.maxColumnId``: an
     id no writer assigned may not be the field id of the column in the data files, and Iceberg readers resolve
@@ -93,6 +93,7 @@ def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Pro
         sequence_number=(prev.last_sequence_number if prev else 0) + 1,
         format_version=format_version,
         protocol=protocol,
+        table_properties=dict(table_properties or {}),
     )
 
 

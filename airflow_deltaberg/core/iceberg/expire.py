@@ -110,7 +110,8 @@ def expire_snapshots(storage: Storage, published: PublishedMetadata, *, older_th
         "snapshots": [s for s in metadata.snapshots if s.snapshot_id not in expired],
         "snapshot_log": [e for e in metadata.snapshot_log if e.snapshot_id not in expired],
         "last_updated_ms": max(int(time.time() * 1000), metadata.last_updated_ms + 1),
-        "metadata_log": with_log_entry(list(metadata.metadata_log), entry, metadata.properties),
+        "metadata_log": with_log_entry(list(metadata.metadata_log), entry, metadata.properties,
+                                       table=storage.root),
     })
     new = publish_metadata(storage, published.version + 1, type(new_metadata).model_validate(new_metadata.model_dump()))
     if used_by_expired is None or used_by_retained is None:

@@ -68,6 +68,8 @@ class SnapshotPlan:
     sequence_number: int
     format_version: int = 2  # Iceberg table format: 3 writes deletion vectors in Puffin files
     protocol: Protocol | None = None  # the Delta protocol in force at delta_version, kept in the conversion state
+    # Iceberg table properties this run sets (``table_properties.SETTABLE``); the table keeps them for later runs.
+    table_properties: Mapping[str, str] = field(default_factory=dict)
     # Every file this attempt at the snapshot writes under a fresh name holds this id, so that a failed attempt's
     # files can be found and deleted (two runs racing for the same snapshot have different ids).
     attempt: str = field(default_factory=lambda: uuid.uuid4().hex)

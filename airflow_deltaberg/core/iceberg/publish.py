@@ -21,7 +21,8 @@ from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.errors import ConcurrentConversionError, DeltabergError, FileAlreadyExistsError
 from airflow_deltaberg.core.iceberg.schema import parse_table_metadata
-from airflow_deltaberg.core.iceberg.table_metadata import DELETE_AFTER_COMMIT, TableMetadata
+from airflow_deltaberg.core.iceberg.table_metadata import TableMetadata
+from airflow_deltaberg.core.iceberg.table_properties import DELETE_AFTER_COMMIT
 from airflow_deltaberg.core.storage import Storage
 
 ICEBERG_DIR = "_iceberg"

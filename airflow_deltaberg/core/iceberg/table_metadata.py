@@ -13,16 +13,13 @@ from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotLogEntry, Summary
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
+from airflow_deltaberg.core.iceberg.table_properties import previous_versions_max
+
 DELTA_VERSION = "delta-version"
 DELTA_TIMESTAMP = "delta-timestamp"
 DELTA_TABLE_ID = "delta-table-id"
 DELTA_COLUMN_MAPPING_MODE = "delta-column-mapping-mode"
 CONVERTER = "converted-by"
-#: Iceberg's table properties for the metadata files of earlier versions: how many the metadata log names,
-#: and whether a commit deletes those that fall out of it (this converter's and the catalogs' commits alike).
-PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
-DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
-DEFAULT_PREVIOUS_VERSIONS = 100  # Iceberg's default
 
 #: The table metadata models this converter writes and reads.
 TableMetadata = TableMetadataV2 | TableMetadataV3
@@ -46,14 +43,10 @@ def next_row_id(metadata: TableMetadata | None) -> int:
 
 
 def with_log_entry(metadata_log: list[MetadataLogEntry], entry: MetadataLogEntry,
-                   properties: dict[str, Any]) -> list[MetadataLogEntry]:
+                   properties: dict[str, Any], *, table: str) -> list[MetadataLogEntry]:
     """``metadata_log`` with ``entry`` appended, keeping the newest ``write.metadata.previous-versions-max``
     (at least one), as Iceberg's own commits do."""
-    try:
-        keep = max(1, int(properties.get(PREVIOUS_VERSIONS_MAX, DEFAULT_PREVIOUS_VERSIONS)))
-    except ValueError:
-        keep = DEFAULT_PREVIOUS_VERSIONS
-    return [*metadata_log, entry][-keep:]
+    return [*metadata_log, entry][-previous_versions_max(properties, table=table):]
 
 
 def table_uuid_for(delta_table_id: str) -> str:
@@ -159,7 +152,7 @@ def build_metadata(
     if previous is not None and previous_location is not None:
         metadata_log = with_log_entry(metadata_log, MetadataLogEntry(metadata_file=previous_location,
                                                                      timestamp_ms=previous.last_updated_ms),
-                                      merged_properties)
+                                      merged_properties, table=location)
     last_partition_id = max([pf.field_id for s in specs for pf in s.fields]
                             + [previous.last_partition_id or 999 if previous else 999])
     model: type[TableMetadata] = TableMetadataV2

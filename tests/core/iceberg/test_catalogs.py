@@ -229,7 +229,7 @@ def test_the_catalog_deletes_its_metadata_files_beyond_the_kept_versions(
         catalog_config: dict[str, str], identifier: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The catalog writes a metadata file per commit; those that fall out of its metadata log (the table's
     write.metadata.previous-versions-max) are deleted, and the catalog still reads every kept snapshot."""
-    monkeypatch.setattr(convert_commit, "METADATA_VERSIONS_KEPT", 2)
+    monkeypatch.setitem(convert_commit.METADATA_FILE_DEFAULTS, "write.metadata.previous-versions-max", "2")
     path = make_table(tmp_path)
     run(path, catalog_config, identifier)
     for start in range(10, 60, 10):

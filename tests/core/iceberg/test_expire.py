@@ -99,7 +99,7 @@ def test_metadata_files_beyond_the_kept_versions_are_deleted(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Each conversion keeps write.metadata.previous-versions-max earlier metadata files (named in the metadata
     log) and deletes older ones of its own; every snapshot still reads what Delta reads at its version."""
-    monkeypatch.setattr(convert_commit, "METADATA_VERSIONS_KEPT", 2)
+    monkeypatch.setitem(convert_commit.METADATA_FILE_DEFAULTS, "write.metadata.previous-versions-max", "2")
     path = tmp_path / "kept"
     versions = _history(path)
     write_deltalake(str(path), _rows(50, 2), mode="append", partition_by=["p"])
