@@ -85,6 +85,9 @@ class DeltaToIcebergOperator(BaseOperator):
     :param verify_stats: check the Delta stats of every file converted against its parquet footer before anything
         is written; stats that do not cover a file's data fail the task (``StatsMismatchError``, no retries).
         Off by default: it reads the footer of every converted file.
+    :param strict: fail the task (``MisreadDataFileError``, no retries) on data files Iceberg readers misread,
+        which are otherwise a warning in the log and the XCom's ``warnings``: timestamps stored as INT64
+        TIMESTAMP_MILLIS. Reads the footer of every converted file when the schema has a timestamp column.
     """
 
     template_fields: Sequence[str] = ("table_uri", "identifier", "catalog_config", "version")
@@ -106,6 +109,7 @@ class DeltaToIcebergOperator(BaseOperator):
         max_snapshot_age: timedelta | None = None,
         deltaberg_conn_id: str | None = None,
         verify_stats: bool = False,
+        strict: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -121,6 +125,7 @@ class DeltaToIcebergOperator(BaseOperator):
         self.max_snapshot_age = max_snapshot_age
         self.deltaberg_conn_id = deltaberg_conn_id
         self.verify_stats = verify_stats
+        self.strict = strict
         self.table_asset, self.asset_alias = add_iceberg_outlet(self, (table_uri, identifier))
 
     @property
@@ -155,6 +160,7 @@ class DeltaToIcebergOperator(BaseOperator):
                 full=bool(self.full),
                 format_version=self.format_version,
                 verify_stats=bool(self.verify_stats),
+                strict=bool(self.strict),
                 retain_snapshots=self.retain_snapshots,
                 max_snapshot_age_ms=None if self.max_snapshot_age is None
                 else int(self.max_snapshot_age.total_seconds() * 1000),
@@ -165,6 +171,8 @@ class DeltaToIcebergOperator(BaseOperator):
             raise AirflowFailException(self._failure_message(exc, version)) from exc
 
         self.log.info(_summary_line(result))
+        for warning in result.warnings:  # what Iceberg readers of the table should know
+            self.log.warning("%s: %s", result.table, warning)
         self._emit_asset_event(context, result)
         return result.to_dict()
 

@@ -528,3 +528,44 @@ def test_verify_stats_fails_on_stats_that_do_not_cover_a_file_without_retrying(
     assert "StatsMismatchError" in str(exc) and add["path"] in str(exc) and "version 0" in str(exc)
     assert not (table / "_iceberg").exists()
     assert not load_catalog("deltaberg", **catalog_config).table_exists("db.lies")
+
+
+def test_strict_fails_on_millisecond_timestamps_without_retrying_and_the_warning_reaches_xcom_otherwise(
+    run_dag, dag_id, tmp_path: Path, catalog_config: dict[str, Any]
+) -> None:
+    """A data file storing INT64 TIMESTAMP_MILLIS (Iceberg Java's row-group filter skips its matching rows): a
+    warning in the XCom's ``warnings`` (and the log), a failure without retries under ``strict``."""
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "events"
+    base = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    write_deltalake(str(table), pa.table({"id": pa.array([1, 2], pa.int64()),
+                                          "time": pa.array([base, base + dt.timedelta(hours=9)],
+                                                           pa.timestamp("us", "UTC"))}))
+    (data_file,) = table.glob("*.parquet")
+    pq.write_table(pq.read_table(data_file), data_file, coerce_timestamps="ms")  # Delta allows milliseconds
+    commit = table / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines()]
+    for action in actions:
+        if "add" in action:
+            action["add"]["size"] = data_file.stat().st_size
+    commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    caught: list[BaseException | None] = []
+    with make_dag(dag_id) as dag:
+        DeltaToIcebergOperator(task_id="strict", table_uri=str(table), identifier="db.millis",
+                               catalog_config=catalog_config, strict=True, retries=3, retry_delay=NO_DELAY,
+                               on_failure_callback=lambda context: caught.append(context.get("exception")))
+        DeltaToIcebergOperator(task_id="warned", table_uri=str(table), identifier="db.millis",
+                               catalog_config=catalog_config, trigger_rule="all_done")
+    dag.get_task("strict") >> dag.get_task("warned")
+
+    result = run_dag(dag)
+
+    ti = result.ti("strict")
+    assert (ti.state, ti.try_number) == ("failed", 1)
+    (exc,) = caught
+    assert "MisreadDataFileError" in str(exc) and data_file.name in str(exc) and "TIMESTAMP_MILLIS" in str(exc)
+    assert result.ti("warned").state == "success"
+    (warning,) = result.xcom("warned")["warnings"]
+    assert "TIMESTAMP_MILLIS" in warning and data_file.name in warning
+    assert iceberg_rows(catalog_config, "db.millis") == delta_rows(table)

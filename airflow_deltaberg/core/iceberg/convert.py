@@ -76,7 +76,8 @@ class ConversionResult:
     warnings: tuple[str, ...] = ()  # what a reader of the Iceberg table should know (one sentence each)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # A list, not a tuple: Airflow's XCom serializes a tuple as a {"__classname__": ...} wrapper.
+        return {**asdict(self), "warnings": list(self.warnings)}
 
 
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
