@@ -227,8 +227,8 @@ DATA_RULES = [
          "rewrite the files with int64 timestamps (spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)",
          "protocol: IcebergCompatV2 (and RFC IcebergCompatV3) timestamps as int64", data=True),
     Rule("data.timestamp-micros", "Timestamps are stored in microseconds", ALL_LEVELS, timestamps_micros,
-         "rewrite the files named with microsecond timestamps (spark.sql.parquet.outputTimestampType="
-         "TIMESTAMP_MICROS; pyarrow coerce_timestamps='us'), e.g. deltaberg enable --mode rewrite",
+         "rewrite the files named with microsecond timestamps (Spark: spark.sql.parquet.outputTimestampType="
+         "TIMESTAMP_MICROS; pyarrow: coerce_timestamps='us'); until then Iceberg Java may skip their rows",
          "Iceberg spec: Parquet timestamp and timestamptz are INT64 TIMESTAMP(MICROS); Delta protocol allows "
          "milliseconds", data=True),
     Rule("data.parquet-field-ids", "Parquet field ids equal the column ids", frozenset({V2, WV1, V3}),
