@@ -23,11 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from airflow_deltaberg.core.delta.file_footer import read_file_footer
+from airflow_deltaberg.core.delta.file_footer import data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.schema import COLLATIONS_KEY, ArrayType, DataType, MapType, PrimitiveType, StructType
 from airflow_deltaberg.core.delta.timestamp_units import WHY, millis_columns
 from airflow_deltaberg.core.errors import DeltabergError, MisreadDataFileError
-from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.storage import Storage
 
 #: Footers read per run when neither ``verify_stats`` nor ``strict`` reads them all.
@@ -58,12 +57,13 @@ def has_timestamps(t: DataType) -> bool:
     return False
 
 
-def millis_file(storage: Storage, location: str, table: str, version: int | None = None, *,
+def millis_file(storage: Storage, path: str, table: str, version: int | None = None, *,
                 sampled: bool = False) -> MillisFile | None:
-    """The file at ``location`` as a MillisFile when it has INT64 TIMESTAMP_MILLIS columns (reads its footer).
-    A ``sampled`` file that cannot be read is None: the sample only looks for a warning, and the conversion, which
-    does not read footers, still gives Delta's rows (``strict`` and ``verify_stats`` raise the typed error)."""
+    """The data file at ``path`` (as the log names it) as a MillisFile when it has INT64 TIMESTAMP_MILLIS columns
+    (reads its footer). A ``sampled`` file that cannot be read is None: the sample only looks for a warning, and
+    the conversion, which does not read footers, refuses what it must itself (``strict`` raises the typed error)."""
     try:
+        location = data_file_location(storage, path)
         footer = read_file_footer(storage, location, table=table, context=_CONTEXT)
     except DeltabergError:
         if sampled:
@@ -87,10 +87,10 @@ def millis_warnings(storage: Storage, files: pa.Table, schemas: Iterable[StructT
         rows = np.arange(files.num_rows) if every else \
             np.unique(np.linspace(0, files.num_rows - 1, num=min(files.num_rows, SAMPLE_FILES)).astype(np.int64))
         picked = files.take(pa.array(rows))
-        locations = data_file_locations(storage, picked.column("path").combine_chunks()).to_pylist()
+        paths = picked.column("path").to_pylist()
         versions = picked.column("version").to_pylist() if "version" in picked.column_names else [None] * len(rows)
         with ThreadPoolExecutor(max_workers=READERS) as pool:
-            read = pool.map(lambda loc, ver: millis_file(storage, loc, table, ver, sampled=not every), locations,
+            read = pool.map(lambda path, ver: millis_file(storage, path, table, ver, sampled=not every), paths,
                             versions)
             found = [f for f in read if f is not None]
         checked = len(rows)

@@ -23,7 +23,7 @@ from support.delta_log import append_commit, commit_file, read_actions
 from support.oracle import assert_same_rows, kernel_arrow
 from support.tables import iceberg_files
 
-from airflow_deltaberg.core.errors import MisreadDataFileError, UnsupportedTypeError
+from airflow_deltaberg.core.errors import MisreadDataFileError, MissingDataFileError, UnsupportedTypeError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 
 
@@ -137,6 +137,18 @@ def test_strict_refuses_millisecond_files_and_writes_nothing(incremental: bool, 
     assert iceberg_files(t.path) == before
     # Without strict the same run converts, with Delta's rows.
     _assert_delta_rows(t, convert(t.location))
+
+
+def test_a_sampled_file_that_cannot_be_read_is_no_failure(tmp_path: Path) -> None:
+    """The sample only looks for a warning: a missing data file still converts as before (the conversion reads no
+    footer); strict, which must judge every file, refuses it typed."""
+    t = create_compliant_table(tmp_path / "t", FIELDS)
+    (add,) = add_files(t, _values(0, 3), coerce_timestamps="ms")
+    add_files(t, _values(10, 3))
+    (t.path / add["path"]).unlink()
+    with pytest.raises(MissingDataFileError):
+        convert(t.location, strict=True)
+    assert _millis_warnings(convert(t.location)) == []
 
 
 def test_strict_converts_microsecond_files(tmp_path: Path) -> None:
