@@ -176,6 +176,22 @@ def test_commit_gone_by_log_cleanup_converts_in_full_on_the_same_history(tmp_pat
     assert run(path, tmp_path).mode == "up-to-date"
 
 
+def test_metadata_without_a_fingerprint_converts_in_full_once(tmp_path: Path) -> None:
+    """Metadata of a release before the fingerprint: its history cannot be checked against the log, so the next run
+    is one full conversion on top of it (the same Delta table: its snapshots stay), which records one."""
+    path = tmp_path / "events"
+    write_versions(path, [4, 4])
+    first = run(path, tmp_path)
+    document = metadata_of(first.metadata_location)
+    del document["properties"][FINGERPRINT]
+    Path(first.metadata_location).write_text(json.dumps(document))
+    result = run(path, tmp_path)
+    assert result.mode == "full" and "no fingerprint" in (result.fall_back or "") and result.warnings == ()
+    assert len(metadata_of(result.metadata_location)["snapshots"]) == 2
+    assert rows_of(catalog_table(tmp_path).scan().to_arrow()) == delta_rows(path)
+    assert run(path, tmp_path).mode == "up-to-date"
+
+
 # ----------------------------------------------------------------------------- metadata not ours, stray names
 
 
