@@ -304,7 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--catalog-property", action="append", metavar="KEY=VALUE", type=key_value,
                       help="a pyiceberg catalog property (repeatable), e.g. type=rest")
     conv.add_argument("--retain-snapshots", type=at_least_one, default=None, metavar="N",
-                      help="expire Iceberg snapshots beyond the newest N (only Iceberg metadata files are deleted)")
+                      help="expire Iceberg snapshots beyond the newest N (default: the table property "
+                           "deltaberg.history.max-snapshots, 100); snapshots that no longer read as Delta (files "
+                           "removed by VACUUM, versions out of the log) expire always (docs/HISTORY.md)")
     conv.add_argument("--max-snapshot-age-hours", type=hours, default=None, metavar="H",
                       help="expire Iceberg snapshots older than H hours (the newest is always kept)")
     conv.add_argument("--verify-stats", action="store_true",

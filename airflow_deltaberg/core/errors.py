@@ -166,6 +166,11 @@ class UnsupportedTypeError(DeltabergError):
     """A Delta type that has no exact Iceberg counterpart: converting would change what readers see."""
 
 
+class TypeChangeRefusedError(DeltaError):
+    """A column changed type in a way Iceberg cannot evolve (not an allowed promotion) while Delta's column mapping
+    pins its field id: Iceberg readers would read the old type's files and bounds as the new type."""
+
+
 class CatalogError(DeltabergError):
     """The catalog cannot be opened or updated (configuration, connectivity, missing namespace...)."""
 

@@ -78,9 +78,11 @@ class DeltaToIcebergOperator(BaseOperator):
     :param full: write a full snapshot even when the table is up to date or could be converted incrementally.
     :param format_version: Iceberg format version, 2 or 3 (deletion vectors in Puffin files, row lineage); default:
         the converted table's, 2 for a new one. 3 on a v2 table upgrades it with a full conversion.
-    :param retain_snapshots: expire Iceberg snapshots beyond the newest N (None: no expiry by count).
-    :param max_snapshot_age: expire Iceberg snapshots older than this (None: no expiry by age). Only Iceberg
-        metadata files are deleted, never data files.
+    :param retain_snapshots: expire Iceberg snapshots beyond the newest N (None, with no ``max_snapshot_age``: the
+        table property ``deltaberg.history.max-snapshots``, 100).
+    :param max_snapshot_age: expire Iceberg snapshots older than this (None: no expiry by age). Snapshots that no
+        longer read as Delta (files removed by VACUUM, versions out of the log) expire always (docs/HISTORY.md).
+        Only Iceberg metadata files are deleted, never data files.
     :param deltaberg_conn_id: connection for the storage credentials (DeltaStorageHook); None for none.
     :param verify_stats: check the Delta stats of every file converted against its parquet footer before anything
         is written; stats that do not cover a file's data fail the task (``StatsMismatchError``, no retries).

@@ -25,6 +25,7 @@ from airflow_deltaberg.core.delta import DeltaTable, Snapshot, stats_template
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import refuse_reader_only_features, refuse_unsupported_metadata
 from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg.attempt_cleanup import remove_abandoned_attempts
 from airflow_deltaberg.core.iceberg.catalog import (
     check_format_version,
     check_identifier,
@@ -35,8 +36,9 @@ from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, Man
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
 from airflow_deltaberg.core.iceberg.convert_incremental import convert_incremental
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, schema_and_spec
-from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files, expire_snapshots
+from airflow_deltaberg.core.iceberg.expire import delete_expired_files
 from airflow_deltaberg.core.iceberg.file_manifests import ManifestEngine, in_process, write_snapshot_manifests
+from airflow_deltaberg.core.iceberg.history import expire_history
 from airflow_deltaberg.core.iceberg.manifest import FORMAT_VERSIONS
 from airflow_deltaberg.core.iceberg.misread import collation_warnings, millis_warnings
 from airflow_deltaberg.core.iceberg.publish import (
@@ -138,9 +140,12 @@ def convert(
     ``manifest_writer`` is the engine that writes the groups of a full conversion's manifests (``write_group`` on
     each): in this process by default, by Spark executors with ``airflow_deltaberg.spark.manifest_engine``.
 
-    Snapshot expiry runs when ``retain_snapshots`` or ``max_snapshot_age_ms`` is given: snapshots older than
-    the age (any age when not given) beyond the newest ``retain_snapshots`` (at least 1) are dropped from the
-    metadata, and the Iceberg metadata files only they used are deleted after the pointers moved.
+    Snapshot expiry runs every time (``history.expire_history``, docs/HISTORY.md): snapshots older than
+    ``max_snapshot_age_ms`` (any age when not given) beyond the newest ``retain_snapshots`` (at least 1; without
+    either option the table property ``deltaberg.history.max-snapshots``, 100), and every snapshot that no longer
+    reads as Delta (files removed by VACUUM, versions out of the log, columns its schema no longer maps), are
+    dropped from the metadata, and the Iceberg metadata files only they used are deleted after the pointers moved.
+    So are the files of attempts killed before they published (``attempt_cleanup``).
 
     ``format_version`` is the Iceberg table format: 2 (deletion vectors become position delete files) or 3
     (deletion vectors in Puffin files, row lineage); by default the converted table's, 2 for a new one. Asking
@@ -236,12 +241,10 @@ def convert(
                                                                table_properties=table_properties)
             written += 1
     assert tip.published is not None
-    expiry = Expiry(0, None)
-    if retain_snapshots is not None or max_snapshot_age_ms is not None:
-        older_than = None if max_snapshot_age_ms is None else int(time.time() * 1000) - max_snapshot_age_ms
-        expiry = expire_snapshots(table.storage, tip.published, older_than_ms=older_than,
-                                  retain_last=retain_snapshots or 1)
-        tip = Tip(expiry.published or tip.published, tip.state)
+    expiry = expire_history(table, tip.published, configuration=tip.state.delta_metadata.configuration
+                            if tip.state else {}, retain_snapshots=retain_snapshots,
+                            max_snapshot_age_ms=max_snapshot_age_ms, now_ms=int(time.time() * 1000))
+    tip = Tip(expiry.published or tip.published, tip.state)
     # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
     ensure_version_hint(table.storage, tip.published.version)
     if identifier is not None:
@@ -255,6 +258,7 @@ def convert(
     for key in dropped_metadata_files(table.storage, published, tip.published) if same_history else ():
         if key not in history.ignored:
             table.storage.delete(key)
+    remove_abandoned_attempts(table.storage, tip.published, tip.state, int(time.time() * 1000))
     current = tip.published.metadata.current_snapshot_id or 0
     if tip.state is not None:
         warnings += collation_warnings(tip.state.delta_metadata.schema)

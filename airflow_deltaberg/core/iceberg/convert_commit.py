@@ -26,6 +26,7 @@ from airflow_deltaberg.core.iceberg.manifest import (
 )
 from airflow_deltaberg.core.iceberg.publish import ICEBERG_DIR, METADATA_DIR, metadata_key, publish_metadata
 from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY
+from airflow_deltaberg.core.iceberg.schema_history import history_name_mapping
 from airflow_deltaberg.core.iceberg.table_identity import FINGERPRINT, commit_fingerprint
 from airflow_deltaberg.core.iceberg.table_metadata import (
     DELTA_COLUMN_MAPPING_MODE,
@@ -90,13 +91,15 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
                                  format_version=plan.format_version,
                                  first_row_id=lineage.first_row_id if lineage else None)
     mode = plan.metadata.column_mapping_mode
+    reset = resets_history(tip, plan.metadata)
+    # Earlier snapshots read their own schemas' columns by name too (schema_history).
+    name_mapping = history_name_mapping(plan.converted.name_mapping, None if reset else prev, plan.converted.schema)
     kept = prev.properties if prev else {}
     metadata_properties = {**{k: v for k, v in METADATA_FILE_DEFAULTS.items() if k not in kept},
-                           NAME_MAPPING_PROPERTY: plan.converted.name_mapping_json(),
+                           NAME_MAPPING_PROPERTY: name_mapping.model_dump_json(),
                            DELTA_COLUMN_MAPPING_MODE: mode,
                            FINGERPRINT: commit_fingerprint(storage, plan.delta_version),
                            **plan.converted.properties, **plan.table_properties}
-    reset = resets_history(tip, plan.metadata)
     if reset:
         log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
                  "snapshots start afresh (column ids change)", plan.table, converted_mapping_mode(tip), mode,

@@ -18,6 +18,7 @@ from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.publish import PublishedMetadata
 from airflow_deltaberg.core.iceberg.schema import ConvertedSchema, convert_schema
+from airflow_deltaberg.core.iceberg.schema_history import retained_schemas
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_COLUMN_MAPPING_MODE, new_snapshot_id, with_table_ids
 
 
@@ -50,14 +51,18 @@ class Tip:
         return dict(snap.summary.additional_properties) if snap and snap.summary else {}
 
 
-def schema_and_spec(metadata: Metadata, table: str, tip: Tip,
-                    format_version: int = 2) -> tuple[ConvertedSchema, PartitionSpec]:
-    """The Iceberg schema (with its name mapping) and partition spec of ``metadata`` on top of ``tip``."""
+def schema_and_spec(metadata: Metadata, table: str, tip: Tip, format_version: int = 2,
+                    version: int | None = None) -> tuple[ConvertedSchema, PartitionSpec]:
+    """The Iceberg schema (with its name mapping) and partition spec of ``metadata`` (of Delta ``version``) on top
+    of ``tip``."""
     prev = tip.published.metadata if tip.published else None
+    reset = resets_history(tip, metadata)
     converted = convert_schema(
         metadata.schema, metadata.column_mapping_mode, table=table,
         previous=prev.schema() if prev else None, previous_last_column_id=prev.last_column_id if prev else 0,
         partition_columns=metadata.partition_columns, format_version=format_version,
+        earlier=retained_schemas(prev)[1:] if prev and not reset else (), version=version,
+        same_mapping_mode=not reset,
     )
     return converted, identity_spec(converted.schema, metadata.partition_columns,
                                     previous=prev.partition_specs if prev else ())
@@ -77,7 +82,7 @@ def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Pro
         raise CorruptLogError(f"the schema uses column mapping id {above[0]}, above {MAX_COLUMN_ID} {above[1]}: "
                               "ids no writer assigned may not be the field ids of the data files",
                               table=table.location, version=delta_version)
-    converted, spec = schema_and_spec(metadata, table.location, tip, format_version)
+    converted, spec = schema_and_spec(metadata, table.location, tip, format_version, delta_version)
     prev = tip.published.metadata if tip.published else None
     schema, spec = with_table_ids(converted.schema, spec, prev, resets_history(tip, metadata))
     converted = replace(converted, schema=schema)

@@ -65,14 +65,17 @@ def snapshots_to_expire(metadata: TableMetadata, *, older_than_ms: int | None, r
             if s.snapshot_id not in keep and (older_than_ms is None or s.timestamp_ms < older_than_ms)}
 
 
-def _files_of(storage: Storage, manifest_list: str, state: ConversionState) -> set[str]:
-    """Keys of every metadata-folder file a snapshot uses."""
+def files_of(storage: Storage, manifest_list: str, state: ConversionState, seen: set[str]) -> set[str]:
+    """Keys of every metadata-folder file a snapshot uses (manifests in ``seen`` were counted already)."""
     list_key = metadata_folder_key(storage, manifest_list)
     keys = set()
     if list_key:
         # The state is Arrow, or JSON when an earlier version of this converter wrote the snapshot.
         keys = {list_key, *(k for k in (state_key(list_key), json_state_key(list_key)) if storage.exists(k))}
     for record in state.manifests:
+        if record.entries_key in seen:
+            continue
+        seen.add(record.entries_key)
         manifest_key = metadata_folder_key(storage, record.info.manifest_path)
         if manifest_key:
             keys.update((manifest_key, record.entries_key))
@@ -83,28 +86,36 @@ def _files_of(storage: Storage, manifest_list: str, state: ConversionState) -> s
     return keys
 
 
-def _used_files(storage: Storage, metadata: TableMetadata, snapshot_ids: Iterable[int]) -> set[str] | None:
+def used_files(storage: Storage, metadata: TableMetadata, snapshot_ids: Iterable[int]) -> set[str] | None:
     """Files the snapshots use; None if a snapshot's conversion state is missing (then its files are unknown)."""
     keys: set[str] = set()
+    seen: set[str] = set()  # snapshots share most manifests: each one's entries are read once
     for snapshot_id in snapshot_ids:
         snap = metadata.snapshot_by_id(snapshot_id)
         state = read_state(storage, snap.manifest_list) if snap else None
         if snap is None or state is None:
             return None
-        keys |= _files_of(storage, snap.manifest_list, state)
+        keys |= files_of(storage, snap.manifest_list, state, seen)
     return keys
 
 
 def expire_snapshots(storage: Storage, published: PublishedMetadata, *, older_than_ms: int | None = None,
                      retain_last: int = 1) -> Expiry:
     """Publish metadata without the expired snapshots; say which files only they used."""
+    expired = snapshots_to_expire(published.metadata, older_than_ms=older_than_ms, retain_last=retain_last)
+    return expire_snapshot_ids(storage, published, expired)
+
+
+def expire_snapshot_ids(storage: Storage, published: PublishedMetadata, expired: set[int]) -> Expiry:
+    """Publish metadata without the snapshots ``expired`` (never the current one); say which files only they
+    used."""
     metadata = published.metadata
-    expired = snapshots_to_expire(metadata, older_than_ms=older_than_ms, retain_last=retain_last)
+    expired = expired - {metadata.current_snapshot_id} - {ref.snapshot_id for ref in metadata.refs.values()}
     if not expired:
         return Expiry(0, None)
     retained = [s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in expired]
-    used_by_expired = _used_files(storage, metadata, expired)
-    used_by_retained = _used_files(storage, metadata, retained)
+    used_by_expired = used_files(storage, metadata, expired)
+    used_by_retained = used_files(storage, metadata, retained)
     entry = MetadataLogEntry(metadata_file=published.location, timestamp_ms=metadata.last_updated_ms)
     new_metadata = metadata.model_copy(update={
         "snapshots": [s for s in metadata.snapshots if s.snapshot_id not in expired],

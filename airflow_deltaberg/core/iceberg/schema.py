@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,7 +22,7 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
-from airflow_deltaberg.core.errors import UnsupportedTypeError
+from airflow_deltaberg.core.errors import TypeChangeRefusedError, UnsupportedTypeError
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 TYPE_CHANGES = "delta.typeChanges"
@@ -96,45 +96,116 @@ class ConvertedSchema:
         return self.name_mapping.model_dump_json()
 
 
-class _IdAllocator:
-    """Hands out ids: fixed ones from column mapping, earlier ones by name path, or fresh ones."""
+#: What decides whether a slot keeps its field id: the Iceberg type of a primitive, the kind of a nested type.
+Shape = it.IcebergType | str
 
-    def __init__(self, previous: dict[tuple[str, ...], int], start: int, reserved: frozenset[int] = frozenset()):
+
+def _shape_of_iceberg(t: it.IcebergType) -> Shape:
+    if isinstance(t, it.StructType):
+        return "struct"
+    if isinstance(t, it.ListType):
+        return "list"
+    if isinstance(t, it.MapType):
+        return "map"
+    return t
+
+
+def _shape_of_delta(t: DataType) -> Shape | None:
+    if isinstance(t, StructType):
+        return "struct"
+    if isinstance(t, ArrayType):
+        return "list"
+    if isinstance(t, MapType):
+        return "map"
+    if isinstance(t, PrimitiveType):
+        with contextlib.suppress(ValueError):
+            if t.is_decimal:
+                return it.DecimalType(*t.precision_scale)
+            return _PRIMITIVES.get(t.name) or _v3_type(t)
+    return None
+
+
+def _keeps_id(old: Shape, new: Shape | None) -> bool:
+    """Whether a slot of shape ``old`` may keep its id as ``new``: Iceberg's schema evolution keeps an id only for
+    the same kind of nested type, or a primitive that reads as the new one (an allowed promotion)."""
+    if new is None:
+        return True  # refused later for its type
+    if isinstance(old, str) or isinstance(new, str):
+        return old == new
+    return _promotable(old, new)
+
+
+class _IdAllocator:
+    """Hands out ids: fixed ones from column mapping, earlier ones by name path (of the newest earlier schema whose
+    slot there the new type may keep), or fresh ones."""
+
+    def __init__(self, previous: dict[tuple[str, ...], list[tuple[int, Shape]]], start: int,
+                 reserved: frozenset[int] = frozenset(), pinned: dict[int, Shape] | None = None):
         self.previous = previous
         self.next_id = start
         self.reserved = reserved  # ids Delta assigned (column mapping): never handed out for another slot
+        self.pinned = pinned or {}  # the shape each earlier id had last (column mapping: the id cannot change)
+        self.used: set[int] = set()
 
-    def id_for(self, path: tuple[str, ...], fixed: int | None) -> int:
+    def id_for(self, path: tuple[str, ...], fixed: int | None, shape: Shape | None = None) -> int:
         if fixed is not None:
+            old = self.pinned.get(fixed)
+            if old is not None and not _keeps_id(old, shape):
+                raise ColumnTypeChangeError(path, old, shape)
             return fixed
-        if path in self.previous and self.previous[path] not in self.reserved:
-            return self.previous[path]
+        for field_id, old in self.previous.get(path, ()):
+            if field_id not in self.reserved and field_id not in self.used and _keeps_id(old, shape):
+                self.used.add(field_id)
+                return field_id
         self.next_id += 1
         return self.next_id
 
 
-def previous_ids(schema: Schema | None) -> dict[tuple[str, ...], int]:
-    """Field ids of an Iceberg schema keyed by name path (list elements as 'element', map 'key'/'value')."""
-    if schema is None:
-        return {}
-    out: dict[tuple[str, ...], int] = {}
+class ColumnTypeChangeError(Exception):
+    """Raised inside the conversion of a schema; ``convert_schema`` turns it into the typed error."""
 
-    def walk(t: it.IcebergType, path: tuple[str, ...]) -> None:
+    def __init__(self, path: tuple[str, ...], old: Shape, new: Shape | None):
+        super().__init__(f"column {'.'.join(path)} changed type from {old} to {new}")
+        self.path, self.old, self.new = path, old, new
+
+
+def _slots(schema: Schema) -> Iterator[tuple[tuple[str, ...], int, it.IcebergType]]:
+    """(name path, field id, type) of every slot of a schema (list elements as 'element', map 'key'/'value')."""
+
+    def walk(t: it.IcebergType, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], int, it.IcebergType]]:
         if isinstance(t, it.StructType):
             for f in t.fields:
-                out[(*path, f.name)] = f.field_id
-                walk(f.field_type, (*path, f.name))
+                yield (*path, f.name), f.field_id, f.field_type
+                yield from walk(f.field_type, (*path, f.name))
         elif isinstance(t, it.ListType):
-            out[(*path, "element")] = t.element_id
-            walk(t.element_type, (*path, "element"))
+            yield (*path, "element"), t.element_id, t.element_type
+            yield from walk(t.element_type, (*path, "element"))
         elif isinstance(t, it.MapType):
-            out[(*path, "key")] = t.key_id
-            out[(*path, "value")] = t.value_id
-            walk(t.key_type, (*path, "key"))
-            walk(t.value_type, (*path, "value"))
+            yield (*path, "key"), t.key_id, t.key_type
+            yield (*path, "value"), t.value_id, t.value_type
+            yield from walk(t.key_type, (*path, "key"))
+            yield from walk(t.value_type, (*path, "value"))
 
-    walk(schema.as_struct(), ())
-    return out
+    yield from walk(schema.as_struct(), ())
+
+
+def previous_ids(schema: Schema | None) -> dict[tuple[str, ...], int]:
+    """Field ids of an Iceberg schema keyed by name path (list elements as 'element', map 'key'/'value')."""
+    return {path: field_id for path, field_id, _ in _slots(schema)} if schema is not None else {}
+
+
+def _earlier_slots(schemas: Sequence[Schema]) -> tuple[dict[tuple[str, ...], list[tuple[int, Shape]]],
+                                                       dict[int, Shape]]:
+    """The ids and shapes each name path had in ``schemas`` (newest first), and the newest shape of each id."""
+    by_path: dict[tuple[str, ...], list[tuple[int, Shape]]] = {}
+    by_id: dict[int, Shape] = {}
+    for schema in schemas:
+        for path, field_id, t in _slots(schema):
+            shape = _shape_of_iceberg(t)
+            if (field_id, shape) not in by_path.setdefault(path, []):
+                by_path[path].append((field_id, shape))
+            by_id.setdefault(field_id, shape)
+    return by_path, by_id
 
 
 def _delta_ids(schema: StructType) -> frozenset[int]:
@@ -156,12 +227,23 @@ def convert_schema(
     schema_id: int = 0,
     partition_columns: tuple[str, ...] = (),
     format_version: int = 2,
+    earlier: Sequence[Schema] = (),
+    version: int | None = None,
+    same_mapping_mode: bool = True,
 ) -> ConvertedSchema:
     """The Iceberg schema and name mapping of a Delta schema.
 
     Partition columns are made optional: Delta does not store them in data files, and some Iceberg
     readers (pyiceberg 0.12) refuse a required column that a file lacks even when the partition value
     supplies it. Optional is a looser contract, so every reader still gets the same rows.
+
+    ``earlier`` are the table's other retained schemas (newest first) after ``previous``. A slot keeps the id its
+    name path had in the newest of them where its type may keep it (Iceberg's schema evolution: the same kind of
+    nested type, or an allowed promotion); a column whose type changed otherwise (double -> string by an
+    overwrite) gets a new id, so that no file or manifest bound of the old type is read as the new one. Under
+    column mapping Delta pins the id: such a change is refused with TypeChangeRefusedError (naming ``version``),
+    unless the earlier schemas were of another column mapping mode (``same_mapping_mode`` False: the history
+    starts afresh).
     """
     mapped = column_mapping_mode in ("name", "id")
     delta_ids = _delta_ids(delta_schema) if mapped else frozenset()
@@ -169,8 +251,16 @@ def convert_schema(
     # Slots without a Delta id (every field without column mapping; list elements and map keys/values without
     # nested ids under it) keep the id of the same name path in the previous schema, so an unchanged Delta
     # schema keeps its Iceberg schema.
-    ids = _IdAllocator(previous_ids(previous), start, delta_ids)
-    fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table, format_version)
+    by_path, by_id = _earlier_slots([*([previous] if previous is not None else []), *earlier])
+    ids = _IdAllocator(by_path, start, delta_ids, by_id if mapped and same_mapping_mode else None)
+    try:
+        fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table, format_version)
+    except ColumnTypeChangeError as exc:
+        raise TypeChangeRefusedError(
+            f"column {'.'.join(exc.path)} changed type from {exc.old} to {exc.new} while Delta's column mapping "
+            "keeps its field id; Iceberg readers would read the files and bounds of the old type as the new one. "
+            "Convert with --full after rewriting the table, or add the column under a new name",
+            table=table, version=version) from exc
     fields = [
         it.NestedField(f.field_id, f.name, f.field_type, required=False, doc=f.doc)
         if f.name in partition_columns else f
@@ -247,7 +337,7 @@ def _convert_struct(
                 f"column {'.'.join(field_path)} has no delta.columnMapping.id although the table uses column "
                 f"mapping (table {table})"
             )
-        field_id = ids.id_for(field_path, fixed)
+        field_id = ids.id_for(field_path, fixed, _shape_of_delta(f.type))
         _refuse_char(f, field_path, table)
         iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table, format_version)
         _check_type_changes(f, iceberg_type, field_path, table, format_version)
@@ -341,7 +431,7 @@ def _convert_type(
     if isinstance(t, ArrayType):
         key = f"{slot}.element"
         element_id = ids.id_for((*path, "element"), _nested_id(owner, key, t.element_type, path, table) if mapped
-                                else None)
+                                else None, _shape_of_delta(t.element_type))
         element, children = _convert_type(t.element_type, (*path, "element"), owner, key, ids, mapped, table,
                                           format_version)
         return (
@@ -350,9 +440,10 @@ def _convert_type(
         )
     if isinstance(t, MapType):
         key_slot, value_slot = f"{slot}.key", f"{slot}.value"
-        key_id = ids.id_for((*path, "key"), _nested_id(owner, key_slot, None, path, table) if mapped else None)
+        key_id = ids.id_for((*path, "key"), _nested_id(owner, key_slot, None, path, table) if mapped else None,
+                            _shape_of_delta(t.key_type))
         value_id = ids.id_for((*path, "value"), _nested_id(owner, value_slot, t.value_type, path, table) if mapped
-                              else None)
+                              else None, _shape_of_delta(t.value_type))
         key_type, key_children = _convert_type(t.key_type, (*path, "key"), owner, key_slot, ids, mapped, table,
                                                format_version)
         value_type, value_children = _convert_type(

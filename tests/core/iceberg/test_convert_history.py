@@ -22,11 +22,19 @@ from support.tables import forget_the_protocol, iceberg_files
 
 from airflow_deltaberg.cli import main as cli_main
 from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.iceberg import history
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TIMESTAMP, DELTA_VERSION
 
 DAY_MS = 86_400_000
 
+
+
+@pytest.fixture(autouse=True)
+def _years_of_log_retention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tables' commit times lie years back: Delta's default log retention (30 days) would expire their
+    snapshots (tests/core/iceberg/test_history.py), which these tests read."""
+    monkeypatch.setattr(history, "DEFAULT_LOG_RETENTION_MS", 100 * 365 * DAY_MS)
 
 def _batch(start: int, n: int) -> pa.Table:
     ids = list(range(start, start + n))

@@ -1,0 +1,110 @@
+"""Removing the files of conversion attempts that were killed before they published.
+
+Every file an attempt writes under a fresh name holds its id (a uuid4 hex, ``SnapshotPlan.attempt``): its
+manifests and their entry copies and the Spark engine's spill files (``<attempt>-...``), its manifest list and
+conversion state (``snap-<id>-1-<attempt>.avro...``). A failed attempt deletes its own files
+(``discarded_unless_published``); a killed process cannot. A later run deletes the files of an attempt when no
+snapshot of the table uses them and the attempt's newest file is older than the table property
+``deltaberg.cleanup.attempt-age-ms`` (default 1 hour): an attempt that is still running writes a file every few
+seconds to minutes (a manifest group, a spill file), so one silent for an hour is gone. Files that a snapshot of
+any metadata file in the folder uses stay (earlier metadata versions, the history of a table deleted and written
+again at the same path); that check reads those files, and runs only when such candidates are left.
+Content-addressed delete files are left alone: their names hold no attempt, and another run may use the same ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_state
+from airflow_deltaberg.core.iceberg.expire import files_of, used_files
+from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, metadata_file_version, read_metadata
+from airflow_deltaberg.core.storage import FileEntry, Storage
+
+log = logging.getLogger(__name__)
+
+ATTEMPT_AGE = "deltaberg.cleanup.attempt-age-ms"
+DEFAULT_ATTEMPT_AGE_MS = 3600 * 1000
+
+_ATTEMPT_FILE = re.compile(r"^([0-9a-f]{32})-")
+_MANIFEST_LIST = re.compile(r"^snap-\d+-\d+-([0-9a-f]{32})\.avro")
+
+
+def attempt_of(name: str) -> str | None:
+    """The attempt id a metadata-folder file name holds, None for files of no attempt."""
+    match = _ATTEMPT_FILE.match(name) or _MANIFEST_LIST.match(name)
+    return match.group(1) if match else None
+
+
+def attempt_age_ms(published: PublishedMetadata) -> int:
+    raw = published.metadata.properties.get(ATTEMPT_AGE, str(DEFAULT_ATTEMPT_AGE_MS))
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise DeltabergError(f"the Iceberg table property {ATTEMPT_AGE} is {raw!r}, not a number of ms") from exc
+
+
+def abandoned_attempt_files(storage: Storage, published: PublishedMetadata, state: ConversionState | None,
+                            now_ms: int, older_than_ms: int | None = None) -> list[str]:
+    """Keys of the files of attempts silent for ``older_than_ms`` (the table's property by default) that no
+    snapshot of ``published`` uses (``state``: its current snapshot's conversion state). Empty when a snapshot's
+    state is missing (its files cannot be known)."""
+    cutoff = now_ms - (attempt_age_ms(published) if older_than_ms is None else older_than_ms)
+    metadata = published.metadata
+    listed = {attempt_of(s.manifest_list.rsplit("/", 1)[-1]) for s in metadata.snapshots}
+    by_attempt: dict[str, list[FileEntry]] = {}
+    listing = storage.list_from(METADATA_DIR)
+    for entry in listing:
+        attempt = attempt_of(entry.name)
+        if attempt is not None and attempt not in listed:
+            by_attempt.setdefault(attempt, []).append(entry)
+    candidates = {e.key for files in by_attempt.values() if max(f.mtime_ms for f in files) < cutoff for e in files}
+    current = metadata.snapshot_by_id(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
+    if candidates and current is not None and state is not None:
+        # The current snapshot uses most files still around (manifests of attempts whose snapshots expired).
+        candidates -= files_of(storage, current.manifest_list, state, set())
+    if not candidates:
+        return []
+    used = used_files(storage, metadata, [s.snapshot_id for s in metadata.snapshots])
+    if used is None:
+        log.warning("%s: a snapshot has no conversion state: files of abandoned attempts stay", storage.root)
+        return []
+    candidates -= used
+    if candidates:
+        # Snapshots of the other metadata files (earlier versions, an earlier history of the table) may still be
+        # read through them.
+        candidates -= _used_by_other_metadata(storage, published, [e.name for e in listing])
+    return sorted(candidates)
+
+
+def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, names: list[str]) -> set[str]:
+    """Files used by the snapshots of the folder's other metadata files whose conversion state is still there (an
+    expired snapshot's state goes with its own files)."""
+    keys: set[str] = set()
+    seen: set[str] = set()
+    for name in names:
+        version = metadata_file_version(name)
+        if version is None or version == published.version:
+            continue
+        try:
+            other = read_metadata(storage, version).metadata
+        except (DeltabergError, ValueError, FileNotFoundError):
+            continue  # not Iceberg metadata: it names no file of ours
+        for snapshot in other.snapshots:
+            state = read_state(storage, snapshot.manifest_list)
+            if state is not None:
+                keys |= files_of(storage, snapshot.manifest_list, state, seen)
+    return keys
+
+
+def remove_abandoned_attempts(storage: Storage, published: PublishedMetadata, state: ConversionState | None,
+                              now_ms: int) -> int:
+    """Delete ``abandoned_attempt_files``; returns how many."""
+    keys = abandoned_attempt_files(storage, published, state, now_ms)
+    for key in keys:
+        storage.delete(key)
+    if keys:
+        log.info("%s: deleted %d files of conversion attempts that never published", storage.root, len(keys))
+    return len(keys)

@@ -1,0 +1,85 @@
+"""Files of conversion attempts killed before they published are removed by a later run, once the attempt has
+been silent for the threshold; a fresh attempt's files and every file a snapshot uses stay."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from pyiceberg.table import StaticTable
+from support.oracle import delta_rows, rows_of
+
+from airflow_deltaberg.core.iceberg import convert_commit
+from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of
+from airflow_deltaberg.core.iceberg.convert import convert
+
+
+def _rows(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+
+
+def killed_attempt(path: Path, monkeypatch: pytest.MonkeyPatch) -> set[Path]:
+    """Run a conversion that dies before its metadata file, leaving its files as a killed process does (the
+    cleanup of a failed attempt finds nothing to delete); returns them."""
+    metadata = path / "_iceberg" / "metadata"
+    before = set(metadata.iterdir())
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(convert_commit, "publish_metadata", killed)
+        patch.setattr(convert_commit, "attempt_keys", lambda storage, attempt: [])
+        with pytest.raises(KeyboardInterrupt):
+            convert(str(path))
+    left = set(metadata.iterdir()) - before
+    assert left and all(attempt_of(p.name) for p in left)
+    assert len({attempt_of(p.name) for p in left}) == 1
+    return left
+
+
+def test_old_unreferenced_attempt_files_are_removed_and_fresh_ones_kept(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "attempts"
+    write_deltalake(str(path), _rows(0, 3))
+    convert(str(path))
+    write_deltalake(str(path), _rows(10, 3), mode="append")
+    old = killed_attempt(path, monkeypatch)
+    two_hours_ago = time.time() - 2 * 3600
+    for p in old:
+        os.utime(p, (two_hours_ago, two_hours_ago))
+    write_deltalake(str(path), _rows(20, 3), mode="append")
+    fresh = killed_attempt(path, monkeypatch)
+
+    result = convert(str(path))
+
+    assert not any(p.exists() for p in old)
+    assert all(p.exists() for p in fresh)
+    table = StaticTable.from_metadata(result.metadata_location)
+    for snapshot in table.metadata.snapshots:  # every snapshot still reads
+        version = int(snapshot.summary["delta-version"])
+        assert rows_of(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == delta_rows(path, version)
+    # Once the fresh attempt has been silent long enough, it goes too.
+    for p in fresh:
+        os.utime(p, (two_hours_ago, two_hours_ago))
+    convert(str(path))
+    assert not any(p.exists() for p in fresh)
+
+
+def test_files_of_published_attempts_stay_however_old(tmp_path: Path) -> None:
+    path = tmp_path / "published"
+    write_deltalake(str(path), _rows(0, 3))
+    convert(str(path))
+    write_deltalake(str(path), _rows(10, 3), mode="append")
+    convert(str(path))
+    metadata = path / "_iceberg" / "metadata"
+    long_ago = time.time() - 30 * 24 * 3600
+    for p in metadata.iterdir():
+        os.utime(p, (long_ago, long_ago))
+    files = set(metadata.iterdir())
+    result = convert(str(path))
+    assert result.mode == "up-to-date" and set(metadata.iterdir()) == files
