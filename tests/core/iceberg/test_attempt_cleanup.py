@@ -4,6 +4,7 @@ been silent for the threshold; a fresh attempt's files and every file a snapshot
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -83,3 +84,25 @@ def test_files_of_published_attempts_stay_however_old(tmp_path: Path) -> None:
     files = set(metadata.iterdir())
     result = convert(str(path))
     assert result.mode == "up-to-date" and set(metadata.iterdir()) == files
+
+
+def test_files_of_an_earlier_history_stay(tmp_path: Path) -> None:
+    """A Delta table deleted and written again at the same path starts a new Iceberg history; the old history's
+    files, however old, are another metadata file's and stay."""
+    path = tmp_path / "recreated"
+    write_deltalake(str(path), _rows(0, 3))
+    convert(str(path))
+    write_deltalake(str(path), _rows(10, 3), mode="append")
+    convert(str(path))
+    metadata = path / "_iceberg" / "metadata"
+    long_ago = time.time() - 30 * 24 * 3600
+    for p in metadata.iterdir():
+        os.utime(p, (long_ago, long_ago))
+    old = set(metadata.iterdir())
+    for p in path.iterdir():
+        if p.name != "_iceberg":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    write_deltalake(str(path), _rows(100, 2))
+    result = convert(str(path))
+    assert result.delta_version == 0 and old <= set(metadata.iterdir())
+    assert rows_of(StaticTable.from_metadata(result.metadata_location).scan().to_arrow()) == delta_rows(path)

@@ -160,10 +160,11 @@ def test_table_id_changed_by_a_commit_starts_a_new_history(tmp_path: Path) -> No
 
 def test_commit_gone_by_log_cleanup_converts_in_full_on_the_same_history(tmp_path: Path) -> None:
     """The converted version's commit removed by log cleanup: the history cannot be checked against the log, so the
-    run is full (said in fall_back), and, the Delta table being the same, its snapshots stay."""
+    run is full (said in fall_back), and, the Delta table being the same, builds on its snapshots (which then
+    expire: their Delta versions left the log, tests/core/iceberg/test_history.py)."""
     path = tmp_path / "events"
     write_versions(path, [4, 4])
-    run(path, tmp_path)
+    converted = run(path, tmp_path)
     write_deltalake(str(path), _batch(500, 2), mode="append")
     deltalake.DeltaTable(str(path)).create_checkpoint()
     for version in (0, 1):
@@ -171,7 +172,9 @@ def test_commit_gone_by_log_cleanup_converts_in_full_on_the_same_history(tmp_pat
     result = run(path, tmp_path)
     assert result.mode == "full" and result.warnings == ()
     assert result.fall_back is not None and "version 1" in result.fall_back and "gone" in result.fall_back
-    assert len(metadata_of(result.metadata_location)["snapshots"]) == 2
+    snapshots = metadata_of(result.metadata_location)["snapshots"]
+    assert result.snapshots_expired == 1 and len(snapshots) == 1
+    assert snapshots[0]["parent-snapshot-id"] == converted.snapshot_id
     assert rows_of(catalog_table(tmp_path).scan().to_arrow()) == delta_rows(path)
     assert run(path, tmp_path).mode == "up-to-date"
 
