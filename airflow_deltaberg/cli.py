@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stderr, suppress
 from typing import Any, NoReturn
 
+from airflow_deltaberg.core import display
 from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructType
@@ -59,25 +60,30 @@ def describe(snapshot: Snapshot) -> dict[str, Any]:
 
 def _type_text(t: DataType) -> str:
     if isinstance(t, StructType):
-        return "struct<" + ", ".join(f"{f.name}: {_type_text(f.type)}" for f in t.fields) + ">"
+        return "struct<" + ", ".join(f"{display.text(f.name)}: {_type_text(f.type)}" for f in t.fields) + ">"
     if isinstance(t, ArrayType):
         return f"array<{_type_text(t.element_type)}>"
     if isinstance(t, MapType):
         return f"map<{_type_text(t.key_type)}, {_type_text(t.value_type)}>"
-    return str(t)
+    return display.text(t)
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(display.text(n) for n in names) or "-"
 
 
 def render_text(snapshot: Snapshot) -> str:
+    """`deltaberg inspect` as text; every name from the log shown escaped (core.display.text)."""
     info = describe(snapshot)
     p = info["protocol"]
     lines = [
-        f"table:            {info['table']}",
+        f"table:            {display.text(info['table'])}",
         f"version:          {info['version']}",
         f"protocol:         reader {p['min_reader_version']}, writer {p['min_writer_version']}",
-        f"reader features:  {', '.join(p['reader_features']) or '-'}",
-        f"writer features:  {', '.join(p['writer_features']) or '-'}",
-        f"column mapping:   {info['column_mapping_mode']}",
-        f"partition by:     {', '.join(info['partition_columns']) or '-'}",
+        f"reader features:  {_names(p['reader_features'])}",
+        f"writer features:  {_names(p['writer_features'])}",
+        f"column mapping:   {display.text(info['column_mapping_mode'])}",
+        f"partition by:     {_names(info['partition_columns'])}",
         f"files:            {info['num_files']}",
         f"total bytes:      {info['total_bytes']}",
         f"records:          {info['num_records'] if info['num_records'] is not None else 'unknown (stats missing)'}",
@@ -88,10 +94,10 @@ def render_text(snapshot: Snapshot) -> str:
         if field.column_mapping_id is not None:
             extra.append(f"id={field.column_mapping_id}")
         if field.physical_name != field.name:
-            extra.append(f"physical={field.physical_name}")
+            extra.append(f"physical={display.text(field.physical_name)}")
         null = "" if field.nullable else " not null"
         suffix = f"  [{', '.join(extra)}]" if extra else ""
-        lines.append(f"  {field.name}: {_type_text(field.type)}{null}{suffix}")
+        lines.append(f"  {display.text(field.name)}: {_type_text(field.type)}{null}{suffix}")
     return "\n".join(lines)
 
 
@@ -142,11 +148,11 @@ def _convert(args: argparse.Namespace) -> int:
     else:
         lines = [f"{result.mode}: Delta version {result.delta_version} -> Iceberg snapshot {result.snapshot_id} "
                  f"({result.snapshots_written} snapshot(s) written)",
-                 f"metadata: {result.metadata_location}",
+                 f"metadata: {display.text(result.metadata_location)}",
                  f"files added: {result.files_added}, records: {result.records}, {result.seconds:.2f} s"]
         if result.fall_back:
-            lines.append(f"full conversion because {result.fall_back}")
-        lines += [f"warning: {w}" for w in result.warnings]
+            lines.append(f"full conversion because {display.text(result.fall_back)}")
+        lines += [f"warning: {display.text(w)}" for w in result.warnings]
         if result.files_outside_table:
             lines.append(f"files outside the table root: {result.files_outside_table} (see deltaberg validate)")
         if result.snapshots_expired:
@@ -161,18 +167,18 @@ def render_enable(result: EnableResult) -> str:
     """`deltaberg enable` as text: the plan, then what was done."""
     plan: EnablePlan = result.plan
     title = enable_level(plan.level).title
-    lines = [f"table:    {plan.table}", f"level:    {plan.level} ({title})",
+    lines = [f"table:    {display.text(plan.table)}", f"level:    {plan.level} ({title})",
              f"version:  {plan.read_version} ({plan.num_files} live files)"]
     if plan.already_enabled:
         lines.append(f"state:    {title} is already enabled and the table passes the validator")
     lines += [f"rewrite:  {'needed' if plan.needs_rewrite else 'not needed'}"]
-    lines += [f"  - {r}" for r in plan.reasons]
+    lines += [f"  - {display.text(r)}" for r in plan.reasons]
     if plan.changes:
         lines.append("changes:")
-        lines += [f"  - {c}" for c in plan.changes]
+        lines += [f"  - {display.text(c)}" for c in plan.changes]
     if plan.blockers:
         lines.append("blocked by:")
-        lines += [f"  - {b}" for b in plan.blockers]
+        lines += [f"  - {display.text(b)}" for b in plan.blockers]
     lines.append(f"writers after enabling {plan.level}:")
     lines += [f"  {line}" for line in plan.writers.lines()]
     done = {
@@ -394,11 +400,13 @@ def report_error(args: argparse.Namespace, error: BaseException) -> None:
         if fields["table"] is None:
             fields["table"] = location_text(args.table)
         _print(args, json.dumps(document, indent=2))
+    # The stderr line is text: escaped (a name quoted in the message cannot act on the terminal); JSON stays exact.
     if isinstance(error, DeltabergError):
-        _print(args, f"deltaberg {args.command}: {type(error).__name__}: {one_line(error)}", error=True)
+        _print(args, f"deltaberg {args.command}: {type(error).__name__}: {display.text(one_line(error))}",
+               error=True)
     else:
-        _print(args, f"deltaberg {args.command}: unexpected {type(error).__name__}: {one_line(error)} "
-                     f"({location_text(args.table)})", error=True)
+        _print(args, f"deltaberg {args.command}: unexpected {type(error).__name__}: {display.text(one_line(error))} "
+                     f"({display.text(location_text(args.table))})", error=True)
 
 
 def _asks_for_json(argv: Sequence[str]) -> bool:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseNotifier, Context
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_deltaberg.core import display
 from airflow_deltaberg.core.compat import ComplianceReport
 from airflow_deltaberg.core.redact import is_secret_header, location_text
 from airflow_deltaberg.hooks.masking import mask_secrets
@@ -82,19 +83,20 @@ def _task_label(context: Mapping[str, Any]) -> str:
     ti = context.get("ti") or context.get("task_instance")
     if ti is None:
         dag = context.get("dag")
-        return f"DAG {getattr(dag, 'dag_id', '?')}"
-    return f"task {ti.dag_id}.{ti.task_id} (run {ti.run_id}, try {ti.try_number})"
+        return f"DAG {display.text(getattr(dag, 'dag_id', '?'))}"
+    return display.text(f"task {ti.dag_id}.{ti.task_id} (run {ti.run_id}, try {ti.try_number})")
 
 
 def failure_text(context: Mapping[str, Any]) -> str:
-    """A short message for a notification without a report: which task and table, and the exception text."""
+    """A short message for a notification without a report: which task and table, and the exception text; one
+    line, control characters escaped (core.display.text)."""
     table = find_table(context)
-    subject = _task_label(context) + (f" on table {table}" if table else "")
+    subject = _task_label(context) + (f" on table {display.text(table)}" if table else "")
     exc = context.get("exception")
     if exc is None:
         return f"{subject} produced no compliance report"
     detail = str(exc) or type(exc).__name__
-    return f"{subject} failed without a compliance report: {detail}"
+    return f"{subject} failed without a compliance report: {display.text(detail)}"
 
 
 def _summary(report: ComplianceReport | None, context: Mapping[str, Any]) -> str:
@@ -127,8 +129,9 @@ def notification_payload(context: Mapping[str, Any]) -> dict[str, Any]:
 class ComplianceEmailNotifier(BaseNotifier):
     """Email the compliance report through the SMTP connection of the SMTP provider's SmtpHook.
 
-    The message is multipart: the body as ``text/plain`` (the report as markdown or text, verbatim) and as its
-    ``text/html`` alternative (the same text, preformatted), and the JSON report attached as
+    The message is multipart: the body as ``text/plain`` (the report as markdown or text, names and messages from
+    the table escaped for it: core.display) and as its ``text/html`` alternative (the same text, HTML-escaped and
+    preformatted), and the JSON report (exact) attached as
     ``compliance_report.json``. ``subject`` is a Jinja template; besides the task context it sees
     ``compliance_report`` (the ComplianceReport or None) and ``compliance_summary`` (its summary, or the failure
     message).
@@ -168,7 +171,7 @@ class ComplianceEmailNotifier(BaseNotifier):
         summary = _summary(report, context)
         template_context = {**context, "compliance_report": report, "compliance_summary": summary}
         jinja_env = self.get_template_env(dag=context.get("dag"))
-        subject = str(self.render_template(self.subject, template_context, jinja_env)).replace("\n", " ")
+        subject = display.text(str(self.render_template(self.subject, template_context, jinja_env)).replace("\n", " "))
 
         if report is None:
             body = failure_text(context)

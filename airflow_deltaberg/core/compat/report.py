@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_deltaberg.core import display
 from airflow_deltaberg.core.compat.model import Severity, Violation
 
 SCHEMA_VERSION = 1
@@ -69,29 +70,35 @@ class ComplianceReport:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
     def summary(self) -> str:
+        """One line (the table's location shown with control characters escaped, core.display)."""
         verdict = "COMPLIANT" if self.compliant else "NOT COMPLIANT"
         return (
-            f"{verdict}: {self.table} at version {self.version}, level {self.level} "
+            f"{verdict}: {display.text(self.table)} at version {self.version}, level {display.text(self.level)} "
             f"({len(self.rules_checked)} rules, {len(self.errors)} errors, "
             f"{len(self.violations) - len(self.errors)} warnings)"
         )
 
     def to_text(self) -> str:
+        """The summary, then two lines a violation; names and messages from the table are shown escaped
+        (core.display.text): a column name cannot start a line of its own."""
         lines = [self.summary()]
         for v in self.violations:
-            lines.append(f"- [{v.severity.value}] {v.rule_id}: {v.message}")
-            lines.append(f"    at {v.location}; fix: {v.hint}")
+            lines.append(f"- [{v.severity.value}] {display.text(v.rule_id)}: {display.text(v.message)}")
+            lines.append(f"    at {display.text(v.location)}; fix: {display.text(v.hint)}")
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
-        lines = [f"## {self.summary()}", ""]
+        """A heading and a table of the violations; every value escaped for markdown (core.display)."""
+        lines = [f"## {display.markdown(self.summary())}", ""]
         if not self.violations:
             lines.append("Every rule holds.")
             return "\n".join(lines)
         lines += ["| severity | rule | location | message | how to fix |", "|---|---|---|---|---|"]
         for v in self.violations:
-            cells = [v.severity.value, f"`{v.rule_id}`", f"{v.location.kind} `{v.location.path}`", v.message, v.hint]
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            cells = [v.severity.value, display.code(v.rule_id),
+                     f"{display.markdown(v.location.kind)} {display.code(v.location.path)}",
+                     display.markdown(v.message), display.markdown(v.hint)]
+            lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
     def render(self, fmt: str) -> str:

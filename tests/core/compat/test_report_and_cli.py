@@ -12,6 +12,7 @@ from deltalake import write_deltalake
 from support.cli import run_deltaberg
 from support.compat_tables import BuiltTable, add_files, array, create_compliant_table
 
+from airflow_deltaberg.core import display
 from airflow_deltaberg.core.compat import ComplianceReport, Severity, Violation, validate
 from airflow_deltaberg.core.compat.model import Location
 from airflow_deltaberg.core.compat.report import SCHEMA_VERSION
@@ -151,13 +152,13 @@ def test_text_rendering(bad: Path, good: BuiltTable) -> None:
 def test_markdown_rendering(bad: Path, good: BuiltTable) -> None:
     report = validate(str(bad), WV1)
     lines = report.to_markdown().splitlines()
-    assert lines[0] == f"## {report.summary()}"
+    assert lines[0] == f"## {display.markdown(report.summary())}"  # the location escaped for markdown
     assert lines[2:4] == ["| severity | rule | location | message | how to fix |", "|---|---|---|---|---|"]
     assert len(lines) == 4 + len(report.violations)
     row = next(line for line in lines if "`column-mapping.mode`" in line)
     assert row.startswith("| error | `column-mapping.mode` | property `delta.columnMapping.mode` | ")
     ok = validate(good.location, WV1).to_markdown().splitlines()
-    assert ok == [f"## {validate(good.location, WV1).summary()}", "", "Every rule holds."]
+    assert ok == [f"## {display.markdown(validate(good.location, WV1).summary())}", "", "Every rule holds."]
     assert report.render("markdown") == report.to_markdown()
 
 
