@@ -136,7 +136,9 @@ def _merged(storage: Storage, records: list[ManifestRecord], plan: SnapshotPlan)
             entries = with_first_row_ids(entries, record.info.first_row_id)  # each file keeps its row ids
         tables.append(_inherited(entries, record))
     try:
-        entries = pa.concat_tables(tables, promote_options="default")
+        # One chunk: the writer encodes (and compresses) a chunk at a time, and a bin's manifests are mostly of one
+        # entry each.
+        entries = pa.concat_tables(tables, promote_options="default").combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
     status = np.asarray(entries.column("status").combine_chunks(), np.int32)
