@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import deltalake
+import fastavro
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
@@ -179,4 +180,49 @@ def test_previous_versions_max_is_honoured(tmp_path: Path) -> None:
         result = convert(str(path))
     assert len(_metadata_files(path)) == 8  # 4, and one more per run
     assert len(_iceberg(result).metadata.metadata_log) == 3
+    _assert_rows_equal_delta(path, result)
+
+
+def _row_ids(manifest_list: str) -> dict[str, int]:
+    """Each live data file's first row id in a v3 snapshot: written out, or inherited from its manifest's first_row_id
+    plus the record counts of the entries without one listed before it (table spec, "Row Lineage")."""
+    out = {}
+    with open(manifest_list.removeprefix("file://"), "rb") as f:
+        manifests = list(fastavro.reader(f))
+    for manifest in manifests:
+        if manifest["content"] != 0:
+            continue
+        with open(manifest["manifest_path"].removeprefix("file://"), "rb") as f:
+            entries = list(fastavro.reader(f))
+        next_id = manifest["first_row_id"]
+        for entry in entries:
+            data_file = entry["data_file"]
+            if entry["status"] == 2:
+                continue
+            if data_file["first_row_id"] is None:
+                out[data_file["file_path"]] = next_id
+                next_id += data_file["record_count"]
+            else:
+                out[data_file["file_path"]] = data_file["first_row_id"]
+    return out
+
+
+def test_merged_v3_manifests_keep_every_file_s_row_ids(tmp_path: Path) -> None:
+    """Format version 3: a merged manifest writes out the row ids its files inherited, so a row's _row_id stays the
+    same through every merge; the merged manifest takes a first_row_id from the table's next row id."""
+    path = tmp_path / "v3"
+    first_ids: dict[str, int] = {}
+    merged = 0
+    for i in range(2 * DEFAULT_MIN_COUNT + 1):
+        _append(path, i)
+        result = convert(str(path), format_version=3)
+        table = _iceberg(result)
+        snapshot = table.current_snapshot()
+        ids = _row_ids(snapshot.manifest_list)
+        for file, row_id in ids.items():
+            assert first_ids.setdefault(file, row_id) == row_id, file
+        assert len(ids) == i + 1
+        merged += any(m.existing_files_count for m in _manifests(result))
+        assert table.metadata.next_row_id >= max(ids.values()) + 1
+    assert merged >= 2
     _assert_rows_equal_delta(path, result)
