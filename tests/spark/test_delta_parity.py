@@ -627,6 +627,35 @@ def test_delta_writes_int64_timestamps_and_we_fail_int96(spark: Any, tmp_path: P
     assert failed_rules(offending, "compat-v2") == {"data.timestamp-int64"}
 
 
+def test_delta_writes_millisecond_timestamps_unless_compat_and_we_flag_them(spark: Any, tmp_path: Path) -> None:
+    """With spark.sql.parquet.outputTimestampType=TIMESTAMP_MILLIS Delta on Spark writes microseconds under
+    IcebergCompatV2 (compliant) and INT64 TIMESTAMP_MILLIS otherwise, which Iceberg Java's row-group filter misreads:
+    validate flags each such file (data.timestamp-micros) and convert warns (issue 26 §6)."""
+    from airflow_deltaberg.core.iceberg.convert import convert
+
+    with spark_conf(spark, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS"}):
+        compat = tmp_path / "compat"
+        run_sql(spark, compat, f"CREATE TABLE @ (a INT, ts TIMESTAMP) USING delta TBLPROPERTIES ({V2}, {ID})",
+                "INSERT INTO @ VALUES (1, TIMESTAMP'2024-01-01 00:00:00')")
+        plain = tmp_path / "plain"
+        run_sql(spark, plain, "CREATE TABLE @ (a INT, ts TIMESTAMP) USING delta",
+                "INSERT INTO @ VALUES (1, TIMESTAMP'2024-01-01 00:00:00')")
+
+    def units(path: Path) -> set[str]:
+        files = our_files(path)
+        assert files
+        return {json.loads(pq.ParquetFile(f).schema.column(1).logical_type.to_json())["timeUnit"] for f in files}
+
+    assert units(compat) == {"microseconds"}
+    assert_compliant(compat, "compat-v2")
+    assert not any("TIMESTAMP_MILLIS" in w for w in convert(str(compat)).warnings)
+    assert units(plain) == {"milliseconds"}
+    report = validate(str(plain), "compat-v2", data_checks=True)
+    flagged = [v.location.path for v in report.violations if v.rule_id == "data.timestamp-micros"]
+    assert flagged == DeltaTable(str(plain)).snapshot().files.column("path").to_pylist()
+    assert any("TIMESTAMP_MILLIS" in w for w in convert(str(plain)).warnings)
+
+
 def test_delta_alter_enabling_compat_v2_keeps_files_without_nested_ids(spark: Any, tmp_path: Path) -> None:
     """Delta enables IcebergCompatV2 by ALTER TABLE on a table whose files predate it: it assigns nested ids in
     the schema but neither rewrites nor refuses the old files, which lack the parquet field id of the array
