@@ -20,23 +20,13 @@ import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.delta_log import commit_file, read_actions, write_commit
+from support.history_tables import id_rows, retained_versions, vacuumed_history
 from support.oracle import assert_same_rows, kernel_arrow
 from support.tables import iceberg_files, write_compliant_table
 
 from airflow_deltaberg.core.errors import TypeChangeRefusedError
 from airflow_deltaberg.core.iceberg import history
 from airflow_deltaberg.core.iceberg.convert import convert
-from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
-
-
-def _rows(start: int, n: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "v": [f"v{i}" for i in range(n)]})
-
-
-def retained_versions(location: str) -> dict[int, int]:
-    """Delta version -> snapshot id of every snapshot of the metadata file."""
-    table = StaticTable.from_metadata(location)
-    return {int(s.summary[DELTA_VERSION]): s.snapshot_id for s in table.metadata.snapshots}
 
 
 def assert_every_snapshot_reads_delta(path: Path, location: str) -> dict[int, int]:
@@ -46,25 +36,6 @@ def assert_every_snapshot_reads_delta(path: Path, location: str) -> dict[int, in
     for version, snapshot_id in kept.items():
         assert_same_rows(table.scan(snapshot_id=snapshot_id).to_arrow(), kernel_arrow(path, version), f"v{version}")
     return kept
-
-
-def vacuumed_history(path: Path) -> list[int]:
-    """Five commits converted one by one (create, append, delete of the first file's rows, overwrite, append),
-    then VACUUM with no retention: the files the delete and the overwrite removed are gone."""
-    write_deltalake(str(path), _rows(0, 4))
-    convert(str(path))
-    write_deltalake(str(path), _rows(10, 4), mode="append")
-    convert(str(path))
-    deltalake.DeltaTable(str(path)).delete("id < 2")
-    convert(str(path))
-    write_deltalake(str(path), _rows(20, 4), mode="overwrite")
-    convert(str(path))
-    write_deltalake(str(path), _rows(30, 4), mode="append")
-    convert(str(path))
-    removed = deltalake.DeltaTable(str(path)).vacuum(retention_hours=0, enforce_retention_duration=False,
-                                                     dry_run=False)
-    assert removed
-    return [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("options", [{}, {"retain_snapshots": 10}])
@@ -82,9 +53,9 @@ def test_snapshots_whose_files_vacuum_removed_expire(tmp_path: Path, options: di
 def test_a_snapshot_keeps_what_vacuum_left_it(tmp_path: Path) -> None:
     """Only snapshots that read a removed file expire: one that read only files still live stays."""
     path = tmp_path / "kept"
-    write_deltalake(str(path), _rows(0, 4))
+    write_deltalake(str(path), id_rows(0, 4))
     convert(str(path))
-    write_deltalake(str(path), _rows(10, 4), mode="append")
+    write_deltalake(str(path), id_rows(10, 4), mode="append")
     convert(str(path))
     deltalake.DeltaTable(str(path)).delete("id >= 10")  # removes the file of version 1 only
     convert(str(path))
@@ -96,9 +67,9 @@ def test_a_snapshot_keeps_what_vacuum_left_it(tmp_path: Path) -> None:
 
 def test_snapshots_whose_version_left_the_log_retention_expire(tmp_path: Path) -> None:
     path = tmp_path / "retention"
-    write_deltalake(str(path), _rows(0, 2), configuration={"delta.logRetentionDuration": "interval 1 hours"})
+    write_deltalake(str(path), id_rows(0, 2), configuration={"delta.logRetentionDuration": "interval 1 hours"})
     for start in (10, 20):
-        write_deltalake(str(path), _rows(start, 2), mode="append")
+        write_deltalake(str(path), id_rows(start, 2), mode="append")
     two_hours_ago = time.time() - 2 * 3600
     for version in (0, 1):  # the commit times Delta reads (no in-commit timestamps)
         os.utime(path / "_delta_log" / f"{version:020d}.json", (two_hours_ago, two_hours_ago))
@@ -110,15 +81,15 @@ def test_snapshots_whose_version_left_the_log_retention_expire(tmp_path: Path) -
 
 def test_snapshots_of_versions_the_log_cannot_rebuild_expire(tmp_path: Path) -> None:
     path = tmp_path / "cleaned"
-    write_deltalake(str(path), _rows(0, 2))
+    write_deltalake(str(path), id_rows(0, 2))
     convert(str(path))
     for start in (10, 20):
-        write_deltalake(str(path), _rows(start, 2), mode="append")
+        write_deltalake(str(path), id_rows(start, 2), mode="append")
         convert(str(path))
     deltalake.DeltaTable(str(path)).create_checkpoint()  # at version 2
     for version in (0, 1):  # log cleanup
         (path / "_delta_log" / f"{version:020d}.json").unlink()
-    write_deltalake(str(path), _rows(30, 2), mode="append")
+    write_deltalake(str(path), id_rows(30, 2), mode="append")
     result = convert(str(path))
     assert sorted(assert_every_snapshot_reads_delta(path, result.metadata_location)) == [2, 3]
 
@@ -126,14 +97,14 @@ def test_snapshots_of_versions_the_log_cannot_rebuild_expire(tmp_path: Path) -> 
 def test_a_default_bound_on_the_snapshots_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(history, "DEFAULT_MAX_SNAPSHOTS", 3)
     path = tmp_path / "bounded"
-    write_deltalake(str(path), _rows(0, 2))
+    write_deltalake(str(path), id_rows(0, 2))
     convert(str(path))
     for start in range(10, 60, 10):
-        write_deltalake(str(path), _rows(start, 2), mode="append")
+        write_deltalake(str(path), id_rows(start, 2), mode="append")
         result = convert(str(path))
     assert sorted(assert_every_snapshot_reads_delta(path, result.metadata_location)) == [3, 4, 5]
     # An explicit count still wins over the default.
-    write_deltalake(str(path), _rows(60, 2), mode="append")
+    write_deltalake(str(path), id_rows(60, 2), mode="append")
     result = convert(str(path), retain_snapshots=5)
     assert sorted(retained_versions(result.metadata_location)) == [3, 4, 5, 6]
 
@@ -145,9 +116,9 @@ def name_mapping(location: str) -> list[dict[str, Any]]:
 
 def test_earlier_snapshots_read_their_columns_after_an_overwrite_with_another_schema(tmp_path: Path) -> None:
     path = tmp_path / "overwritten"
-    write_deltalake(str(path), _rows(0, 3))
+    write_deltalake(str(path), id_rows(0, 3))
     convert(str(path))
-    write_deltalake(str(path), _rows(10, 3), mode="append")
+    write_deltalake(str(path), id_rows(10, 3), mode="append")
     convert(str(path))
     other = pa.table({"key": pa.array([1, 2], pa.int32()), "amount": pa.array([1.5, 2.5], pa.float64())})
     write_deltalake(str(path), other, mode="overwrite", schema_mode="overwrite")
@@ -159,9 +130,9 @@ def test_earlier_snapshots_read_their_columns_after_an_overwrite_with_another_sc
 
 def test_earlier_snapshots_read_an_added_column_after_a_restore_past_it(tmp_path: Path) -> None:
     path = tmp_path / "restored"
-    write_deltalake(str(path), _rows(0, 3))
+    write_deltalake(str(path), id_rows(0, 3))
     convert(str(path))
-    wider = _rows(10, 3).append_column("extra", pa.array([1.0, 2.0, 3.0], pa.float64()))
+    wider = id_rows(10, 3).append_column("extra", pa.array([1.0, 2.0, 3.0], pa.float64()))
     write_deltalake(str(path), wider, mode="append", schema_mode="merge")
     convert(str(path))
     deltalake.DeltaTable(str(path)).restore(0)
