@@ -243,7 +243,8 @@ def convert(
     assert tip.published is not None
     expiry = expire_history(table, tip.published, configuration=tip.state.delta_metadata.configuration
                             if tip.state else {}, retain_snapshots=retain_snapshots,
-                            max_snapshot_age_ms=max_snapshot_age_ms, now_ms=int(time.time() * 1000))
+                            max_snapshot_age_ms=max_snapshot_age_ms, now_ms=int(time.time() * 1000),
+                            version=tip.next_version)  # above a metadata file this run ignored
     tip = Tip(expiry.published or tip.published, tip.state)
     # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
     ensure_version_hint(table.storage, tip.published.version)

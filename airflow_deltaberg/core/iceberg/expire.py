@@ -106,9 +106,10 @@ def expire_snapshots(storage: Storage, published: PublishedMetadata, *, older_th
     return expire_snapshot_ids(storage, published, expired)
 
 
-def expire_snapshot_ids(storage: Storage, published: PublishedMetadata, expired: set[int]) -> Expiry:
-    """Publish metadata without the snapshots ``expired`` (never the current one); say which files only they
-    used."""
+def expire_snapshot_ids(storage: Storage, published: PublishedMetadata, expired: set[int], *,
+                        version: int | None = None) -> Expiry:
+    """Publish metadata without the snapshots ``expired`` (never the current one) as ``version`` (by default the
+    one after ``published``); say which files only they used."""
     metadata = published.metadata
     expired = expired - {metadata.current_snapshot_id} - {ref.snapshot_id for ref in metadata.refs.values()}
     if not expired:
@@ -124,7 +125,8 @@ def expire_snapshot_ids(storage: Storage, published: PublishedMetadata, expired:
         "metadata_log": with_log_entry(list(metadata.metadata_log), entry, metadata.properties,
                                        table=storage.root),
     })
-    new = publish_metadata(storage, published.version + 1, type(new_metadata).model_validate(new_metadata.model_dump()))
+    new = publish_metadata(storage, version or published.version + 1,
+                           type(new_metadata).model_validate(new_metadata.model_dump()))
     if used_by_expired is None or used_by_retained is None:
         log.warning("%s: %d snapshots expired, but a snapshot has no conversion state: no file will be deleted",
                     storage.root, len(expired))

@@ -175,8 +175,10 @@ def unreadable_snapshots(table: DeltaTable, metadata: TableMetadata, candidates:
 
 
 def expire_history(table: DeltaTable, published: PublishedMetadata, *, configuration: Mapping[str, str],
-                   retain_snapshots: int | None, max_snapshot_age_ms: int | None, now_ms: int) -> Expiry:
-    """Expire what the bounds drop and every snapshot that no longer reads (module docstring)."""
+                   retain_snapshots: int | None, max_snapshot_age_ms: int | None, now_ms: int,
+                   version: int | None = None) -> Expiry:
+    """Expire what the bounds drop and every snapshot that no longer reads (module docstring); new metadata is
+    published as ``version`` (by default the one after ``published``)."""
     metadata = published.metadata
     rules = retention_rules(metadata, retain_snapshots=retain_snapshots, max_snapshot_age_ms=max_snapshot_age_ms,
                             now_ms=now_ms)
@@ -186,5 +188,5 @@ def expire_history(table: DeltaTable, published: PublishedMetadata, *, configura
     for reason in sorted(set(unreadable.values())):
         log.info("%s: %d Iceberg snapshots expire: %s", table.location,
                  sum(1 for r in unreadable.values() if r == reason), reason)
-    return expire_snapshot_ids(table.storage, published, expired | set(unreadable))
+    return expire_snapshot_ids(table.storage, published, expired | set(unreadable), version=version)
 

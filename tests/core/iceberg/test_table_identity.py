@@ -251,6 +251,23 @@ def test_forged_metadata_is_not_adopted_nor_pointed_to(tmp_path: Path, forge: An
     assert run(path, tmp_path).warnings == ()  # below the hint now: not looked at again
 
 
+def test_expiry_of_an_up_to_date_run_publishes_above_an_ignored_file(tmp_path: Path) -> None:
+    """An up-to-date run whose expiry publishes new metadata numbers it above the ignored file (v4 here), as a
+    conversion does: publishing at the adopted version + 1 would collide with it on every run."""
+    path = tmp_path / "events"
+    write_versions(path, [5, 5, 5])
+    for version in range(3):
+        run(path, tmp_path, version=version)
+    forged = path / METADATA / "v4.metadata.json"
+    forged.write_text(json.dumps(_stale_relabelled(path, tmp_path)))
+    result = run(path, tmp_path, retain_snapshots=1)
+    assert (result.mode, result.snapshots_expired) == ("up-to-date", 2)
+    assert Path(result.metadata_location).name == "v5.metadata.json"
+    assert catalog_table(tmp_path).metadata_location == result.metadata_location
+    assert rows_of(catalog_table(tmp_path).scan().to_arrow()) == delta_rows(path)
+    assert forged.exists()
+
+
 @pytest.mark.parametrize("name", ["v03.metadata.json", "v\u0663.metadata.json"])
 def test_stray_metadata_names_are_ignored(tmp_path: Path, name: str) -> None:
     """Without a version hint the metadata folder is listed: names this converter never writes are not versions
