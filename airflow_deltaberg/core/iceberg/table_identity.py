@@ -1,17 +1,18 @@
 """Which Iceberg history a conversion builds on: only metadata this converter wrote for this Delta table's log.
 
 Every metadata file records the Delta table id it was converted from (``delta-table-id``; the table uuid derives
-from it) and a fingerprint of the Delta commit it converted (``delta-commit-fingerprint``: the version and the
-sha256 of that commit file's bytes, one small read per run). A ``v<N>.metadata.json`` is adopted only when it is
-this converter's (v2/v3 metadata at this table's ``_iceberg``, its uuid derived from its table id, its current
-manifest list in the metadata folder), its Delta version is in the log, and its fingerprint matches the log's
-commit. Any other file is ignored with a warning: a forged or foreign file, or the history of a Delta table that
-was deleted and written again at the same path. Nothing adopted means a new history: a full conversion that
-carries none of the old snapshots, under the new table's uuid, numbered above every file in the folder.
+from it) and a fingerprint of the Delta version it converted (``delta-commit-fingerprint``: the sha256 of that
+commit file's bytes, one small read per run; for a version without a commit file, of its checkpoint's names and
+sizes). A ``v<N>.metadata.json`` is adopted only when it is this converter's (v2/v3 metadata at this table's
+``_iceberg``, its uuid derived from its table id, its current manifest list in the metadata folder), its Delta
+version is in the log, and its fingerprint matches the log's. Any other file is ignored with a warning: a forged or
+foreign file, or the history of a Delta table that was deleted and written again at the same path. Nothing adopted
+means a new history: a full conversion that carries none of the old snapshots, under the new table's uuid,
+numbered above every file in the folder.
 
-A history whose commit is gone (log cleanup) or was never a file (a checkpoint-only version) cannot be checked:
-it is adopted, and the run is a full conversion (``History.unverified``). The old history's files stay (a reader
-may hold a pointer to them); the new history references none of them.
+A history whose commit (or checkpoint) is gone, e.g. by log cleanup, cannot be checked: it is adopted, and the run
+is a full conversion (``History.unverified``). The old history's files stay (a reader may hold a pointer to them);
+the new history references none of them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from pyiceberg.exceptions import ValidationError
 
-from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.log_segment import commit_key, list_log
 from airflow_deltaberg.core.errors import DeltabergError, StorageError
 from airflow_deltaberg.core.iceberg.convert_plan import Tip
 from airflow_deltaberg.core.iceberg.publish import (
@@ -37,8 +38,11 @@ from airflow_deltaberg.core.iceberg.publish import (
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TABLE_ID, DELTA_VERSION, table_uuid_for
 from airflow_deltaberg.core.storage import Storage
 
-#: Table property: ``<delta version>:sha256:<hex>`` of the converted commit file, ``<delta version>:-`` without one.
+#: Table property: ``<delta version>:sha256:<hex>`` of the converted commit file (of its checkpoint's names and sizes,
+#: ``<delta version>:checkpoint-sha256:<hex>``, for a version without one; ``<delta version>:-`` with neither).
 FINGERPRINT = "delta-commit-fingerprint"
+_COMMIT_KIND = "sha256"
+_CHECKPOINT_KIND = "checkpoint-sha256"
 #: Metadata files read at most per run, newest first (a folder of forged files costs no more).
 MAX_CANDIDATES = 10
 
@@ -64,12 +68,37 @@ class History:
 
 
 def commit_fingerprint(storage: Storage, version: int) -> str:
-    """The fingerprint of Delta ``version``'s commit file (``FINGERPRINT``)."""
+    """The fingerprint of Delta ``version`` (``FINGERPRINT``): of its commit file, or of its checkpoint when the
+    version has no commit file, ``<version>:-`` when it has neither."""
+    return _of_commit(storage, version) or _of_checkpoint(storage, version) or f"{version}:-"
+
+
+def _of_commit(storage: Storage, version: int) -> str | None:
     try:
         data = storage.read(commit_key(version))
     except FileNotFoundError:
-        return f"{version}:-"
-    return f"{version}:sha256:{hashlib.sha256(data).hexdigest()}"
+        return None
+    return f"{version}:{_COMMIT_KIND}:{hashlib.sha256(data).hexdigest()}"
+
+
+def _of_checkpoint(storage: Storage, version: int) -> str | None:
+    """The names and sizes of the version's checkpoint files (one listing): a checkpoint holds the whole table,
+    too much to read at every run, and its size changes with what it holds."""
+    checkpoints = [c for c in list_log(storage, version).checkpoints if c.version == version]
+    if not checkpoints:
+        return None
+    text = ";".join(f"{entry.name}:{entry.size}" for c in checkpoints for entry in c.files)
+    return f"{version}:{_CHECKPOINT_KIND}:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def _in_log(storage: Storage, recorded: str) -> str | None:
+    """The fingerprint the log gives now for what ``recorded`` fingerprinted, None when that file is gone."""
+    version, kind, _ = (recorded.split(":", 2) + ["", ""])[:3]
+    if kind == _COMMIT_KIND:
+        return _of_commit(storage, int(version))
+    if kind == _CHECKPOINT_KIND:
+        return _of_checkpoint(storage, int(version))
+    return None
 
 
 def adopted_history(storage: Storage, target: int, latest_delta_version: Callable[[], int]) -> History:
@@ -129,11 +158,9 @@ def _foreign(storage: Storage, published: PublishedMetadata, target: int,
     if version > target and version > (latest := latest_delta_version()):
         return (f"it records Delta table {table_id} at version {version}, beyond the Delta log's latest version "
                 f"{latest} (the Delta table was deleted and written again, or the file is forged)")
-    if fingerprint is not None and not fingerprint.endswith(":-"):
-        actual = commit_fingerprint(storage, version)
-        if not actual.endswith(":-") and actual != fingerprint:
-            return (f"it records Delta table {table_id} at version {version}, whose commit in the Delta log is another "
-                    "one (the Delta table was deleted and written again, or the file is forged)")
+    if fingerprint is not None and (actual := _in_log(storage, fingerprint)) is not None and actual != fingerprint:
+        return (f"it records Delta table {table_id} at version {version}, whose commit in the Delta log is another "
+                "one (the Delta table was deleted and written again, or the file is forged)")
     return None
 
 
@@ -144,9 +171,7 @@ def _unverified(storage: Storage, published: PublishedMetadata) -> str | None:
     if fingerprint is None:
         return (f"the Iceberg metadata records no fingerprint of the Delta commit it converted (version {version}; "
                 "written by an earlier release): it cannot be checked against the log")
-    if fingerprint.endswith(":-"):
-        return f"Delta version {version} was converted from a checkpoint (no commit file to check the log against)"
-    if not storage.exists(commit_key(int(version))):
+    if _in_log(storage, fingerprint) is None:
         return (f"the commit of Delta version {version}, the converted one, is gone (log cleanup): the converted "
                 "history cannot be checked against the log")
     return None

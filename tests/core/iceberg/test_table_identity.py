@@ -179,6 +179,21 @@ def test_commit_gone_by_log_cleanup_converts_in_full_on_the_same_history(tmp_pat
     assert run(path, tmp_path).mode == "up-to-date"
 
 
+def test_checkpoint_only_version_is_up_to_date_on_the_next_run(tmp_path: Path) -> None:
+    """A converted version with a checkpoint and no commit file (its commits removed) is fingerprinted by its
+    checkpoint: the next run is up to date, not a full conversion again at every run."""
+    path = tmp_path / "events"
+    write_versions(path, [4, 4])
+    deltalake.DeltaTable(str(path)).create_checkpoint()
+    expected = delta_rows(path)  # deltalake refuses a latest version without its commit file
+    for version in (0, 1):
+        commit_file(path, version).unlink()
+    first = run(path, tmp_path)
+    assert first.mode == "full" and rows_of(catalog_table(tmp_path).scan().to_arrow()) == expected
+    again = run(path, tmp_path)
+    assert (again.mode, again.fall_back, again.metadata_location) == ("up-to-date", None, first.metadata_location)
+
+
 def test_metadata_without_a_fingerprint_converts_in_full_once(tmp_path: Path) -> None:
     """Metadata of a release before the fingerprint: its history cannot be checked against the log, so the next run
     is one full conversion on top of it (the same Delta table: its snapshots stay), which records one."""
