@@ -2,7 +2,7 @@
 
 - Data files storing timestamps as INT64 TIMESTAMP_MILLIS: a warning in the conversion summary (every converted
   file judged under verify_stats or strict, a sample otherwise), a refusal under strict; the conversion still
-  reads back as Delta's rows (pyiceberg; Iceberg Java in tests/spark/test_timestamp_millis_spark.py).
+  reads back as Delta's rows (pyiceberg; Iceberg Java in tests/spark/test_readers_misread_spark.py).
 - Collated string columns: a warning naming the columns and their collations.
 - A type widening Iceberg cannot apply is refused naming the Iceberg format version in force.
 """
