@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import math
 import os
 import re
 import socket
@@ -31,9 +32,11 @@ from airflow_deltaberg.core.errors import (
     LinkOutsideTableError,
     StorageConfigError,
     StorageError,
+    StorageTimeoutError,
     StorageWriteRefusedError,
 )
 from airflow_deltaberg.core.redact import Redactor, location_secrets, location_text, redactor_for
+from airflow_deltaberg.core.storage_calls import BoundedHandler, within
 
 
 @dataclass(frozen=True)
@@ -463,7 +466,7 @@ def storage_error(exc: BaseException, doing: str, *, location: str, endpoint: st
     if _is_a(exc, "botocore", "ParamValidationError"):
         return StorageConfigError(f"cannot {doing}: {reason}")
     if (isinstance(exc, OSError) or _is_a(exc, "botocore", "BotoCoreError") or _is_a(exc, "gcsfs", "HttpError")
-            or _is_a(exc, "azure.core", "AzureError")):
+            or _is_a(exc, "azure.core", "AzureError") or _is_a(exc, "aiohttp", "ClientError")):
         return StorageError(f"cannot {doing}: {reason}")
     return None
 
@@ -478,6 +481,16 @@ def _shown_cause(exc: BaseException, redact: Callable[[str], str]) -> BaseExcept
     return exc
 
 
+#: The bound of one object-store call with its client's retries, in seconds: reads, writes and listings (pyarrow's
+#: included) end within it or with a StorageTimeoutError. Set by the storage option TIMEOUT_OPTION, else by the
+#: environment variable TIMEOUT_ENV.
+DEFAULT_TIMEOUT_S = 120.0
+TIMEOUT_OPTION = "deltaberg_timeout_s"
+TIMEOUT_ENV = "DELTABERG_STORAGE_TIMEOUT_S"
+# How much longer a cancellable write is waited for than its client's own cancellation at the bound.
+_CANCEL_GRACE_S = 5.0
+
+
 class FsspecStorage(Storage):
     """Storage over any fsspec filesystem (memory, s3, gcs, abfs, ...)."""
 
@@ -485,7 +498,7 @@ class FsspecStorage(Storage):
     _local_lock = threading.Lock()
 
     def __init__(self, root: str, fs: Any, root_path: str, *, endpoint: str | None = None,
-                 redactor: Redactor | None = None):
+                 redactor: Redactor | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
         super().__init__(root)
         self.fs = fs
         self.root_path = root_path.rstrip("/")
@@ -493,6 +506,12 @@ class FsspecStorage(Storage):
         self._lister = _native_lister(fs)
         self.endpoint = endpoint
         self.redact: Callable[[str], str] = redactor or Redactor()
+        #: The bound of one call with its retries (see core.storage_calls).
+        self.timeout_s = timeout_s
+        # fsspec's async filesystems (s3fs, gcsfs, adlfs) take a ``timeout`` on each call and cancel the request at
+        # it: writes use it, so that a write given up on cannot land later.
+        self._cancellable = (_is_instance_of(fs, "fsspec.asyn", "AsyncFileSystem")
+                             and not getattr(fs, "asynchronous", False))
 
     @contextlib.contextmanager
     def typed_errors(self, action: str, key: str) -> Iterator[None]:
@@ -504,6 +523,10 @@ class FsspecStorage(Storage):
         except Exception as exc:
             if isinstance(exc, FileNotFoundError) and action != "write":
                 raise
+            if _is_a(exc, "fsspec", "FSTimeoutError"):
+                raise StorageTimeoutError(f"cannot {action} {self.uri(key)}: the storage did not answer within "
+                                          f"{self.timeout_s:g} s (the bound of one storage call with its retries: "
+                                          f"storage option {TIMEOUT_OPTION}, or {TIMEOUT_ENV})") from None
             error = storage_error(exc, f"{action} {self.uri(key)}", location=self.root, endpoint=self.endpoint,
                                   redact=self.redact, writing=action == "write")
             if error is None:
@@ -513,14 +536,27 @@ class FsspecStorage(Storage):
     def _path(self, key: str) -> str:
         return f"{self.root_path}/{key}" if key else self.root_path
 
+    def _bounded(self, action: str, key: str, call: Callable[[], Any]) -> Any:
+        """``call()`` within the bound, its failures typed as failing to ``action`` ``key``."""
+        with self.typed_errors(action, key):
+            return within(self.timeout_s, call, f"{action} {self.uri(key)}")
+
+    def _cancelled_at_bound(self) -> dict[str, float]:
+        """The keyword that makes an async filesystem's call cancel its request at the bound (none otherwise)."""
+        return {"timeout": self.timeout_s} if self._cancellable else {}
+
+    def _arrow_call(self, action: str, path: str, call: Callable[[], Any]) -> Any:
+        prefix = f"{self.root_path}/"
+        key = path[len(prefix):] if path.startswith(prefix) else path
+        return self._bounded(action, key, call)
+
     def list_from(self, directory: str, start_after: str | None = None) -> list[FileEntry]:
         directory = directory.strip("/")
         prefix = f"{directory}/" if directory else ""
         path = self._path(directory)
         lister = self._lister if self._lister is not None else self._list_generic
         try:
-            with self.typed_errors("list", directory):
-                listed = lister(self.fs, path, start_after)
+            listed = self._bounded("list", directory, lambda: lister(self.fs, path, start_after))
         except (FileNotFoundError, NotADirectoryError):
             return []
         entries = [FileEntry(prefix + name, size, mtime_ms) for name, size, mtime_ms in listed]
@@ -546,12 +582,13 @@ class FsspecStorage(Storage):
         return listed
 
     def read(self, key: str) -> bytes:
-        with self.typed_errors("read", key):
-            return self.fs.cat_file(self._path(key))
+        return self._bounded("read", key, lambda: self.fs.cat_file(self._path(key)))
 
     def write_if_absent(self, key: str, data: bytes) -> None:
+        # The watchdog waits a little longer than the client's own cancellation, which is the one that ends it.
         with self.typed_errors("write", key):
-            self._write_if_absent(key, data)
+            within(self.timeout_s + _CANCEL_GRACE_S, lambda: self._write_if_absent(key, data),
+                   f"write {self.uri(key)}")
 
     def _write_if_absent(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -564,10 +601,13 @@ class FsspecStorage(Storage):
                 self.fs.pipe_file(path, data)
             return
         # Object stores with conditional writes (S3 If-None-Match, GCS ifGenerationMatch=0, Azure
-        # If-None-Match) expose them through the exclusive-create mode.
+        # If-None-Match) expose them through the exclusive-create mode; s3fs's one PUT of it can be cancelled.
         try:
-            with self.fs.open(path, "xb") as f:
-                f.write(data)
+            if "s3" in _protocols(self.fs) and self._cancellable:
+                self.fs.pipe_file(path, data, mode="create", timeout=self.timeout_s)
+            else:
+                with self.fs.open(path, "xb") as f:
+                    f.write(data)
         except FileExistsError as exc:
             # A retry of a write that landed (its response lost) finds its own bytes there: written.
             if not self._holds(key, data):
@@ -581,21 +621,44 @@ class FsspecStorage(Storage):
     def replace(self, key: str, data: bytes) -> None:
         # A single PUT is atomic on object stores: readers see the old or the new object.
         with self.typed_errors("write", key):
-            self.fs.pipe_file(self._path(key), data)
+            within(self.timeout_s + _CANCEL_GRACE_S,
+                   lambda: self.fs.pipe_file(self._path(key), data, **self._cancelled_at_bound()),
+                   f"write {self.uri(key)}")
 
     def exists(self, key: str) -> bool:
-        with self.typed_errors("look for", key):
-            return bool(self.fs.isfile(self._path(key)))
+        # info, not isfile: fsspec's isfile answers False for any failure (a store error read as a missing file).
+        try:
+            info = self._bounded("look for", key, lambda: self.fs.info(self._path(key)))
+        except FileNotFoundError:
+            return False
+        return info.get("type") == "file"
 
     def delete(self, key: str) -> None:
         try:
             with self.typed_errors("delete", key):
-                self.fs.rm_file(self._path(key))
+                within(self.timeout_s + _CANCEL_GRACE_S,
+                       lambda: self.fs.rm_file(self._path(key), **self._cancelled_at_bound()),
+                       f"delete {self.uri(key)}")
         except FileNotFoundError:
             pass
 
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
-        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs)), self.root_path
+        return pafs.PyFileSystem(BoundedHandler(self.fs, self._arrow_call)), self.root_path
+
+
+def call_timeout_s(options: Mapping[str, Any]) -> float:
+    """The bound of one storage call that ``options`` (or the environment) set, DEFAULT_TIMEOUT_S otherwise."""
+    raw = options.get(TIMEOUT_OPTION, os.environ.get(TIMEOUT_ENV))
+    if raw is None or raw == "":
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise StorageConfigError(f"the storage call bound ({TIMEOUT_OPTION} or {TIMEOUT_ENV}) must be a positive "
+                                 f"number of seconds, not {raw!r}")
+    return value
 
 
 #: s3 client settings a user's ``config_kwargs`` override: a short connect timeout, and few retries, so that a
@@ -681,8 +744,10 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
         raise StorageConfigError(redactor(f"{location}: no filesystem for {scheme}://{hint}: {exc}")) from None
     if endpoint and scheme not in _S3_SCHEMES:  # botocore's timeouts and retries are set (S3_CONFIG_DEFAULTS)
         _check_reachable(endpoint, location)
+    timeout_s = call_timeout_s(options)
+    client_options = {k: v for k, v in options.items() if k != TIMEOUT_OPTION}
     try:
-        fs, root_path = fsspec.core.url_to_fs(location, **_client_options(scheme, options))
+        fs, root_path = fsspec.core.url_to_fs(location, **_client_options(scheme, client_options))
     except ImportError as exc:
         raise StorageConfigError(redactor(f"{location}: no filesystem for {scheme}://{hint}: {exc}")) from None
     except Exception as exc:
@@ -693,6 +758,6 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
             error = StorageConfigError(redactor(f"{location}: the {known.__name__} storage options do not work: "
                                                 f"{type(exc).__name__}: {exc}"))
         raise error from _shown_cause(exc, redactor)
-    storage = FsspecStorage(location, fs, root_path, endpoint=endpoint, redactor=redactor)
+    storage = FsspecStorage(location, fs, root_path, endpoint=endpoint, redactor=redactor, timeout_s=timeout_s)
     storage.storage_options = MappingProxyType(options)
     return storage
