@@ -121,18 +121,19 @@ def adopted_history(storage: Storage, target: int, latest_delta_version: Callabl
             warnings.append(f"{storage.uri(metadata_key(version))} is ignored: it is not Iceberg v2 or v3 table "
                             f"metadata ({type(exc).__name__})")
             continue
-        reason = _foreign(storage, published, target, latest_delta_version)
+        in_log = functools.cache(functools.partial(_in_log, storage))  # the commit is read once
+        reason = _foreign(storage, published, target, latest_delta_version, in_log)
         if reason is None:
             return History(published, versions[0], tuple(warnings), frozenset(ignored),
-                           unverified=_unverified(storage, published))
+                           unverified=_unverified(published, in_log))
         ignored.add(published.key)
         warnings.append(f"{published.location} is ignored: {reason}")
         replaced_id = replaced_id or published.metadata.properties.get(DELTA_TABLE_ID)
     return History(None, versions[0] if versions else 0, tuple(warnings), frozenset(ignored), replaced_id)
 
 
-def _foreign(storage: Storage, published: PublishedMetadata, target: int,
-             latest_delta_version: Callable[[], int]) -> str | None:
+def _foreign(storage: Storage, published: PublishedMetadata, target: int, latest_delta_version: Callable[[], int],
+             in_log: Callable[[str], str | None]) -> str | None:
     """Why ``published`` is not this converter's metadata of this log, None when it is."""
     metadata = published.metadata
     properties = metadata.properties
@@ -158,20 +159,20 @@ def _foreign(storage: Storage, published: PublishedMetadata, target: int,
     if version > target and version > (latest := latest_delta_version()):
         return (f"it records Delta table {table_id} at version {version}, beyond the Delta log's latest version "
                 f"{latest} (the Delta table was deleted and written again, or the file is forged)")
-    if fingerprint is not None and (actual := _in_log(storage, fingerprint)) is not None and actual != fingerprint:
+    if fingerprint is not None and (actual := in_log(fingerprint)) is not None and actual != fingerprint:
         return (f"it records Delta table {table_id} at version {version}, whose commit in the Delta log is another "
                 "one (the Delta table was deleted and written again, or the file is forged)")
     return None
 
 
-def _unverified(storage: Storage, published: PublishedMetadata) -> str | None:
+def _unverified(published: PublishedMetadata, in_log: Callable[[str], str | None]) -> str | None:
     """Why the history of an adopted file cannot be checked against the log, None when it was."""
     version = published.metadata.properties[DELTA_VERSION]
     fingerprint = published.metadata.properties.get(FINGERPRINT)
     if fingerprint is None:
         return (f"the Iceberg metadata records no fingerprint of the Delta commit it converted (version {version}; "
                 "written by an earlier release): it cannot be checked against the log")
-    if _in_log(storage, fingerprint) is None:
+    if in_log(fingerprint) is None:
         return (f"the commit of Delta version {version}, the converted one, is gone (log cleanup): the converted "
                 "history cannot be checked against the log")
     return None
