@@ -167,6 +167,19 @@ def test_cli_strict_refuses_and_json_carries_the_warning(tmp_path: Path, capsys:
     assert warning.startswith("1 of the 1 data file(s) sampled")
 
 
+def test_validate_sample_files_all_flags_every_millisecond_file(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's command: `validate --data-checks --sample-files all` exited 0 on such a table."""
+    t = _table(tmp_path / "t", "ms", None, "ms")
+    argv = ["validate", t.location, "--level", "compat-v2", "--data-checks", "--sample-files", "all", "--format",
+            "json"]
+    assert main_exit_code(argv) == 1
+    report = json.loads(capsys.readouterr().out)
+    flagged = [v for v in report["violations"] if v["rule_id"] == "data.timestamp-micros"]
+    assert len(flagged) == 2 and all(t.physical("time") in v["message"] for v in flagged)
+    assert {v["rule_id"] for v in report["violations"]} == {"data.timestamp-micros"}
+
+
 # -- collations ------------------------------------------------------------------------------------------------
 
 
