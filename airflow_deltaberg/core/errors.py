@@ -118,6 +118,12 @@ class MisreadDataFileError(DeltaError):
     file and the message names its columns."""
 
 
+class DataCheckMemoryError(DeltaError):
+    """Checking a data file's values (``validate --data-checks``, ``convert --verify-stats``) needs more memory than
+    the data checks' budget (``DELTABERG_DATA_CHECK_MEMORY_MB``, 512 MB by default): a file that decompresses to far
+    more than it holds. ``file`` is the data file; nothing was checked beyond the budget."""
+
+
 class MissingCheckpointPartError(CorruptLogError):
     """A checkpoint that the snapshot needs lacks a part or a sidecar."""
 

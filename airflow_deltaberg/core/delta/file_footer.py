@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_deltaberg.core.delta.bounded_read import column_slices
 from airflow_deltaberg.core.delta.footer_check import footer_problem
 from airflow_deltaberg.core.delta.paths import is_absolute, resolve_relative
 from airflow_deltaberg.core.errors import (
@@ -52,11 +53,13 @@ class FileFooter:
     def schema(self) -> pq.ParquetSchema:
         return self.metadata.schema
 
-    def read_columns(self, names: Sequence[str]) -> pa.Table:
-        """The values of the top-level columns ``names`` (for what the footer's statistics cannot answer)."""
+    def read_columns(self, names: Sequence[str]) -> Iterator[pa.Table]:
+        """The values of the top-level columns ``names`` (for what the footer's statistics cannot answer), in row
+        order, in slices bounded by the data checks' memory budget (``bounded_read``; DataCheckMemoryError beyond
+        it)."""
         with _typed_errors(self.table, self.location):
             with self.filesystem.open_input_file(self.path) as f:
-                return pq.ParquetFile(f).read(columns=list(names), use_threads=False)
+                yield from column_slices(f, self.metadata, names, table=self.table, location=self.location)
 
 
 def data_file_location(storage: Storage, path: str) -> str:

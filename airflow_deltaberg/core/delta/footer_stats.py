@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import FIELD_ID
+from airflow_deltaberg.core.delta.bounded_read import used_values
 from airflow_deltaberg.core.delta.file_types import logical_type
 from airflow_deltaberg.core.delta.schema import PrimitiveType, StructField, StructType
 
@@ -117,8 +118,8 @@ class _FooterColumn:
     # keeps its float files, whose stats were printed from floats)
 
 
-#: Reads top-level columns of the file by their names in it (``FileFooter.read_columns``).
-ColumnReader = Callable[[Sequence[str]], pa.Table]
+#: Reads top-level columns of the file by their names in it, in slices of rows (``FileFooter.read_columns``).
+ColumnReader = Callable[[Sequence[str]], Iterable[pa.Table]]
 
 
 def size_mismatch(size: int | None, footer: Any) -> str | None:
@@ -180,24 +181,54 @@ def stats_mismatches(stats: Mapping[str, Any] | None, footer: pq.FileMetaData, c
         problems.extend(_column_problems(column, low, high, nulls, found, num_records, tight, string_prefix))
     if by_values:
         assert read_columns is not None
-        table = read_columns(sorted({index.names[leaf][0] for _, leaf, *_ in by_values}))
+        found_by_leaf = _values_columns(read_columns, index, [(column, leaf) for column, leaf, *_ in by_values])
         for column, leaf, low, high, nulls in by_values:
-            found = _values_column(table, index.names[leaf], column.type)
+            found = found_by_leaf[leaf]
             if found is not None:
                 problems.extend(_column_problems(column, low, high, nulls, found, num_records, tight, string_prefix))
     if kept_by_values:
         assert read_columns is not None and deleted_rows is not None
-        table = read_columns(sorted({index.names[leaf][0] for _, leaf, *_ in kept_by_values}))
-        kept = np.ones(table.num_rows, dtype=bool)
-        deleted = deleted_rows()
-        kept[deleted[deleted < table.num_rows].astype(np.int64)] = False
-        table = table.filter(pa.array(kept))
+        deleted = np.unique(deleted_rows().astype(np.int64))
+        found_by_leaf = _values_columns(read_columns, index, [(column, leaf) for column, leaf, *_ in kept_by_values],
+                                        deleted)
         for column, leaf, low, high in kept_by_values:
-            found = _values_column(table, index.names[leaf], column.type)
+            found = found_by_leaf[leaf]
             if found is not None and found.bounds_known:
                 problems.extend(f"{problem} (of the rows its deletion vector keeps)"
                                 for problem in _bound_problems(column, low, high, found, string_prefix))
     return problems
+
+
+def _values_columns(read_columns: ColumnReader, index: _FooterIndex, wanted: Sequence[tuple[StatsColumn, int]],
+                    deleted: np.ndarray | None = None) -> dict[int, _FooterColumn | None]:
+    """The null count and bounds of each wanted leaf from its values, read a slice at a time (without the rows
+    ``deleted``, sorted row indexes, when given) and merged."""
+    out: dict[int, _FooterColumn | None] = {}
+    offset = 0
+    for part in read_columns(sorted({index.names[leaf][0] for _, leaf in wanted})):
+        rows = part.num_rows
+        if deleted is not None:
+            gone = deleted[np.searchsorted(deleted, offset):np.searchsorted(deleted, offset + rows)] - offset
+            if len(gone):
+                kept = np.ones(rows, dtype=bool)
+                kept[gone] = False
+                part = part.filter(pa.array(kept))
+        offset += rows
+        for column, leaf in wanted:
+            found = _values_column(part, index.names[leaf], column.type)
+            out[leaf] = found if leaf not in out else _merged(out[leaf], found)
+    return out
+
+
+def _merged(a: _FooterColumn | None, b: _FooterColumn | None) -> _FooterColumn | None:
+    """Two slices' values of one column as one."""
+    if a is None or b is None:
+        return None
+    lows = [v for v in (a.low, b.low) if v is not None]
+    highs = [v for v in (a.high, b.high) if v is not None]
+    return _FooterColumn(nulls=None if a.nulls is None or b.nulls is None else a.nulls + b.nulls,
+                         low=min(lows) if lows else None, high=max(highs) if highs else None,
+                         bounds_known=a.bounds_known and b.bounds_known, float32=a.float32)
 
 
 def _column_problems(column: StatsColumn, low: Any, high: Any, nulls: Any, found: _FooterColumn,
@@ -418,12 +449,13 @@ def _values_column(table: pa.Table, names: tuple[str, ...], t: PrimitiveType) ->
         if not pa.types.is_struct(values.type) or values.type.get_field_index(name) < 0:
             return None
         values = values.flatten()[values.type.get_field_index(name)]  # with the parents' nulls
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
+    nulls = values.null_count
+    # A dictionary-encoded slice (bounded_read): its bounds from the values it uses, never decoded row by row.
+    values = used_values(values)
     convert = _values_converter(values.type, t)
     if convert is None:
         return None
-    found = _FooterColumn(nulls=values.null_count, float32=pa.types.is_float32(values.type))
+    found = _FooterColumn(nulls=nulls, float32=pa.types.is_float32(values.type))
     present = values.drop_null()
     if pa.types.is_floating(values.type):
         present = present.filter(pc.is_finite(present))
