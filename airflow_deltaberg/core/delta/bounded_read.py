@@ -67,7 +67,15 @@ def column_slices(source: pa.NativeFile, metadata: pq.FileMetaData, names: Seque
             row_bytes += 1 + _value_bytes(metadata.schema.column(leaf), chunk)
         rows = max(1, min(MAX_SLICE_ROWS, budget // 8 // max(1, row_bytes)))
         start = pa.total_allocated_bytes()
-        for batch in parquet.iter_batches(batch_size=rows, row_groups=[g], columns=list(names), use_threads=False):
+        batches = parquet.iter_batches(batch_size=rows, row_groups=[g], columns=list(names), use_threads=False)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except MemoryError as exc:  # ArrowMemoryError too: the process's own limit came first
+                raise _refusal(budget, f"the process ran out of memory reading row group {g}", table,
+                               location) from exc
             used = pa.total_allocated_bytes() - start
             if used > budget:
                 _refuse(budget, f"row group {g} took {used} bytes after {batch.num_rows}-row slices", table, location)
@@ -89,7 +97,11 @@ def _is_bytes(t: pa.DataType) -> bool:
 
 
 def _refuse(budget: int, why: str, table: str, location: str) -> None:
-    raise DataCheckMemoryError(
+    raise _refusal(budget, why, table, location)
+
+
+def _refusal(budget: int, why: str, table: str, location: str) -> DataCheckMemoryError:
+    return DataCheckMemoryError(
         f"checking the data file's values needs more than the data checks' memory budget of {budget >> 20} MB "
         f"({why}); nothing was checked beyond it. Raise {BUDGET_ENV} to check such a file", table=table,
         file=location)

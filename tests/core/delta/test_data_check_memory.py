@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +148,18 @@ def test_a_string_bomb_is_read_dictionary_encoded(tmp_path: Path, monkeypatch: p
     (lie,) = [v for v in validate(str(lying), data_checks=True, sample_size=None).violations
               if v.rule_id == "data.stats-cover-data"]
     assert "null" in lie.message
+
+
+def test_running_out_of_memory_is_the_budget_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An allocation that fails while values are read (the process's own limit came before the budget) is a
+    DataCheckMemoryError naming the file, not a CorruptDataFileError (what it was under a 3 GB limit)."""
+    table = _table(tmp_path / "t", pa.array(np.full(1000, 7, np.int64)))
+
+    def out_of_memory(*args: object, **kwargs: object) -> Iterator[pa.RecordBatch]:
+        raise pa.ArrowMemoryError("malloc of size 3221225472 failed")
+        yield  # a generator, as pyarrow's
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", out_of_memory)
+    with pytest.raises(DataCheckMemoryError, match="ran out of memory") as info:
+        convert(str(table), verify_stats=True)
+    assert info.value.file is not None and info.value.file.endswith("part-0.parquet")
