@@ -183,7 +183,7 @@ def local(location: str) -> Path:
 
 def unreachable(table: StaticTable) -> list[Path]:
     """Files under the metadata folder that neither the current metadata file nor one of its metadata log names,
-    through their snapshots, manifest lists and manifests (nor a file named after one of those: state, entries)."""
+    through their snapshots, manifest lists and manifests, nor named after one of those (state, entries)."""
     reached: set[str] = {local(table.metadata_location).name, "version-hint.text"}
     for location in [table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)]:
         if not local(location).exists():
@@ -195,7 +195,8 @@ def unreachable(table: StaticTable) -> list[Path]:
             if local(snapshot.manifest_list).exists():
                 reached.update(local(m.manifest_path).name for m in snapshot.manifests(older.io))
     folder = local(table.metadata_location).parent
-    return sorted(p for p in folder.iterdir() if not any(p.name.startswith(name) for name in reached))
+    stems = {name.removesuffix(".avro") for name in reached}  # m0.avro's entries are m0.entries.arrow
+    return sorted(p for p in folder.iterdir() if not any(p.name.startswith(stem) for stem in stems))
 
 
 def test_the_life_has_every_operation(life: Life) -> None:
@@ -253,7 +254,8 @@ def test_manifests_of_the_current_snapshot_stay_bounded(life: Life, full_copy: t
 
 @pytest.mark.skip(reason="issue 26: waits for _iceberg bytes bounded over a life with schema changes, restores and "
                          "VACUUM (2026-11-28 00:21 on main: 3.1 MB against 3x 23.6 KB + 0.8 MB of 75 retained "
-                         "snapshots' own files; 312 files, 1.4 MB, reached from no metadata file kept)")
+                         "snapshots' own files; 228 files, 1.2 MB, reached from no metadata file kept, 22 of them "
+                         "metadata files of the histories before the table was written again)")
 def test_iceberg_metadata_bytes_stay_bounded(life: Life, full_copy: tuple[Path, str]) -> None:
     """Bytes under ``_iceberg`` <= 3x a full conversion's plus the retained snapshots' own files (their manifest
     lists and the files named after them: their conversion state)."""
