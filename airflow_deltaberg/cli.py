@@ -272,30 +272,45 @@ def _sample_files(text: str) -> int | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="deltaberg", description="Delta Lake tables as Apache Iceberg tables.")
+    parser = argparse.ArgumentParser(
+        prog="deltaberg",
+        description="Delta Lake tables as Apache Iceberg tables: inspect a Delta table, validate it against the "
+        "Iceberg-compatibility features of the Delta protocol, convert its log to Iceberg metadata, enable a level.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    inspect = sub.add_parser("inspect", help="show a Delta table's version, protocol, schema and files")
+    inspect_help = "show a Delta table's version, protocol, schema and live files"
+    inspect = sub.add_parser("inspect", help=inspect_help, description=inspect_help)
     inspect.add_argument("table", help="table location: a path or a URI (file://, s3://, gs://, abfss://, memory://)")
     inspect.add_argument("--version", type=int, default=None, help="time travel to this version")
-    inspect.add_argument("--format", choices=("text", "json"), default="text")
+    inspect.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     inspect.set_defaults(run=_inspect)
 
-    check = sub.add_parser(
-        "validate",
-        help="check a Delta table against IcebergCompatV1/V2 or IcebergWriterCompatV1 "
-        "(exit 0 compliant, 1 violations, 2 error)",
+    check_help = (
+        "check a Delta table against one level of IcebergCompatV1/V2/V3 or IcebergWriterCompatV1/V3, every "
+        "requirement a named rule (exit 0 compliant, 1 violations, 2 error)"
     )
+    check = sub.add_parser("validate", help=check_help, description=check_help)
     check.add_argument("table", help="table location: a path or a URI")
-    check.add_argument("--level", choices=[lv.value for lv in Level], default=Level.WRITER_COMPAT_V1.value)
+    check.add_argument("--level", choices=[lv.value for lv in Level], default=Level.WRITER_COMPAT_V1.value,
+                       help="compat-v1, compat-v2, compat-v3: IcebergCompatV1/V2/V3; writer-compat-v1: "
+                       "IcebergWriterCompatV1 (checks compat-v2 too); writer-compat-v3: IcebergWriterCompatV3 "
+                       "(checks compat-v3 too); default: writer-compat-v1")
     check.add_argument("--version", type=int, default=None, help="validate this version instead of the latest")
     check.add_argument("--data-checks", action="store_true",
-                       help="also check stats of every file and the parquet footers of a sample")
+                       help="also check every file's stats, and the parquet footers (and values where a footer has "
+                       "no statistics) of a sample: stats, sizes, types, field ids, timestamps (data.* rules)")
     check.add_argument("--sample-files", type=_sample_files, default=20, metavar="N|all",
                        help="files whose footers the data checks read: a number (spread over the table) or all")
-    check.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    check.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                       help="report format (default: text)")
     check.set_defaults(run=_validate)
 
-    conv = sub.add_parser("convert", help="write Iceberg metadata for a Delta table and register it in a catalog")
+    conv_help = (
+        "write Iceberg metadata (v2 or v3) under <table>/_iceberg: in full the first time, then one Iceberg snapshot "
+        "per new Delta commit; expire snapshots Delta can no longer serve; register in a catalog if asked "
+        "(exit 0 done, 2 error or refused: nothing written)"
+    )
+    conv = sub.add_parser("convert", help=conv_help, description=conv_help)
     conv.add_argument("table", help="table location: a path or a URI")
     conv.add_argument("--version", type=int, default=None, help="convert up to this Delta version (default: latest)")
     conv.add_argument("--full", action="store_true",
@@ -317,21 +332,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="expire Iceberg snapshots older than H hours (the newest is always kept)")
     conv.add_argument("--verify-stats", action="store_true",
                       help="check every file converted against its parquet footer first (the Delta stats cover its "
-                           "data, add.size is its size, its column types fit the schema) and refuse (exit 2, nothing "
-                           "written) when one does not")
+                           "data, add.size is its size, its column types fit the schema, its parquet field ids are "
+                           "the schema's) and refuse (exit 2, nothing written) when one does not")
     conv.add_argument("--strict", action="store_true",
                       help="refuse (exit 2, nothing written) data files Iceberg readers misread, which are otherwise "
                            "a warning: timestamps stored as INT64 TIMESTAMP_MILLIS (reads every converted file's "
                            "footer when the schema has a timestamp)")
-    conv.add_argument("--format", choices=("text", "json"), default="text")
+    conv.add_argument("--format", choices=("text", "json"), default="text", help="summary format (default: text)")
     conv.set_defaults(run=_convert)
 
-    en = sub.add_parser(
-        "enable",
-        help="enable IcebergWriterCompatV1 (or --level) on a Delta table: one metadata commit when the data allows "
-        "it, else a rewrite of every live file with a local Spark (exit 0 done, 1 blocked/refused, 2 error); the plan "
-        "lists the known writers that can still write the table afterwards",
+    en_help = (
+        "enable IcebergWriterCompatV1 (or IcebergCompatV2 or IcebergWriterCompatV3: --level) on a Delta table: one "
+        "metadata commit when the data allows it, else a rewrite of every live file with a local Spark (exit 0 done, "
+        "1 blocked/refused, 2 error); the plan lists the known writers that can still write the table afterwards"
     )
+    en = sub.add_parser("enable", help=en_help, description=en_help)
     en.add_argument("table", help="table location: a path or a URI")
     en.add_argument("--mode", choices=MODES, default="auto",
                     help="auto: metadata-only when possible, else rewrite; metadata_only: refuse when the data must "
@@ -346,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "$DELTABERG_JARS_DIR or .jars); never resolved through Maven/Ivy unless "
                     "$DELTABERG_SPARK_PACKAGES is set")
     en.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    en.add_argument("--format", choices=("text", "json"), default="text")
+    en.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     en.set_defaults(run=_enable)
 
     for command in (inspect, check, conv, en):
