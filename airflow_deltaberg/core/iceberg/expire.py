@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow.compute as pc
 from pyiceberg.table.metadata import MetadataLogEntry
+from pyiceberg.table.snapshots import Snapshot
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import (
@@ -99,6 +100,40 @@ def used_files(storage: Storage, metadata: TableMetadata, snapshot_ids: Iterable
     return keys
 
 
+def users_to_check(metadata: TableMetadata, expired: set[int]) -> list[int]:
+    """The retained snapshots whose files decide which files of the ``expired`` ones stay.
+
+    Every snapshot is written on top of the one before it: it keeps some of its manifests and adds new ones, and a
+    manifest it drops never comes back. So the snapshots that use a manifest follow each other, and a manifest of
+    an expired snapshot that a retained one uses is used by the nearest retained snapshot before or after it: only
+    those are read (a run that trims the oldest snapshots reads one state, not every retained one). Delete files are
+    named from their content, so a later snapshot may use one again: while a retained snapshot has delete files,
+    every retained snapshot is read."""
+    ordered = sorted(metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
+    retained = [s for s in ordered if s.snapshot_id not in expired]
+    if any(_delete_files(s) for s in retained):
+        return [s.snapshot_id for s in retained]
+    out: set[int] = set()
+    last_retained: int | None = None
+    pending = False  # an expired snapshot since the last retained one
+    for snapshot in ordered:
+        if snapshot.snapshot_id in expired:
+            if last_retained is not None:
+                out.add(last_retained)
+            pending = True
+        else:
+            if pending:
+                out.add(snapshot.snapshot_id)
+            last_retained, pending = snapshot.snapshot_id, False
+    return sorted(out)
+
+
+def _delete_files(snapshot: Snapshot) -> bool:
+    """Whether a snapshot uses delete files (unknown counts as yes)."""
+    value = snapshot.summary.additional_properties.get("total-delete-files") if snapshot.summary else None
+    return value != "0"
+
+
 def expire_snapshots(storage: Storage, published: PublishedMetadata, *, older_than_ms: int | None = None,
                      retain_last: int = 1) -> Expiry:
     """Publish metadata without the expired snapshots; say which files only they used."""
@@ -114,7 +149,7 @@ def expire_snapshot_ids(storage: Storage, published: PublishedMetadata, expired:
     expired = expired - {metadata.current_snapshot_id} - {ref.snapshot_id for ref in metadata.refs.values()}
     if not expired:
         return Expiry(0, None)
-    retained = [s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in expired]
+    retained = users_to_check(metadata, expired)
     used_by_expired = used_files(storage, metadata, expired)
     used_by_retained = used_files(storage, metadata, retained)
     entry = MetadataLogEntry(metadata_file=published.location, timestamp_ms=metadata.last_updated_ms)

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.file_footer import data_file_location, data_file_storage
@@ -38,7 +38,8 @@ from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TIMESTAMP, DELTA
 
 log = logging.getLogger(__name__)
 
-#: Iceberg table property: the most snapshots a conversion keeps when no count or age is asked for. Each
+#: Iceberg table property: the most snapshots a conversion keeps when no count or age is asked for (trimmed to it
+#: once a tenth more are there: expiring reads the conversion state of every snapshot kept). Each
 #: snapshot is ~0.7 KB of every metadata.json, which each run parses and writes again (and the kept copies of
 #: earlier metadata files multiply it), and each kept snapshot's Delta commit is read again by every run's
 #: VACUUM check: 100 keeps a run's cost flat and covers a day of hourly conversions or the last 100 commits of a
@@ -50,10 +51,12 @@ DEFAULT_MAX_SNAPSHOTS = 100
 @dataclass(frozen=True)
 class RetentionRules:
     """The count and age bounds of a run: keep the ``retain_last`` newest, drop the others older than
-    ``older_than_ms`` (any age when None)."""
+    ``older_than_ms`` (any age when None); by the default bound only once more than ``retain_last + slack``
+    are there (so that expiry, which reads every retained snapshot's state, runs once in ``slack`` runs)."""
 
     retain_last: int
     older_than_ms: int | None
+    slack: int = 0
 
 
 def retention_rules(metadata: TableMetadata, *, retain_snapshots: int | None, max_snapshot_age_ms: int | None,
@@ -67,7 +70,7 @@ def retention_rules(metadata: TableMetadata, *, retain_snapshots: int | None, ma
         count = int(raw)
     except ValueError as exc:
         raise DeltabergError(f"the Iceberg table property {MAX_SNAPSHOTS} is {raw!r}, not a number") from exc
-    return RetentionRules(max(count, 1), None)
+    return RetentionRules(max(count, 1), None, max(count, 1) // 10)
 
 
 def _delta_version(snapshot: Snapshot) -> int | None:
@@ -95,12 +98,25 @@ def oldest_rebuildable(listing: LogListing, listed_from: int) -> int | None:
     return min([low, *checkpoints]) if low <= latest else min(checkpoints, default=latest)
 
 
-def _vacuumed(table: DeltaTable, versions: dict[int, int], current_version: int) -> set[int]:
+def appended_alone(metadata: TableMetadata) -> set[int]:
+    """Delta versions whose commit removed no file, as the table's own snapshots say: an incremental snapshot of
+    that commit alone (one at the version before exists) whose operation is append (files only added: no data file
+    deleted, no delete file added)."""
+    versions = {v: s for s in metadata.snapshots if (v := _delta_version(s)) is not None}
+    return {v for v, s in versions.items()
+            if v - 1 in versions and s.summary is not None and s.summary.operation == Operation.APPEND}
+
+
+def _vacuumed(table: DeltaTable, metadata: TableMetadata, versions: dict[int, int],
+              current_version: int) -> set[int]:
     """Snapshots (of ``versions``: id -> Delta version, older than ``current_version``) that read a data file a
-    later commit removed and that is gone."""
+    later commit removed and that is gone. No commit is read when the snapshots say none of them removed a file
+    (``appended_alone``): an append-only table costs nothing here."""
     if not versions:
         return set()
     start = min(versions.values()) + 1
+    if set(range(start, current_version + 1)) <= appended_alone(metadata):
+        return set()
     try:
         actions = table.commits(start, current_version).actions.file_actions
     except DeltabergError as exc:
@@ -169,7 +185,7 @@ def unreadable_snapshots(table: DeltaTable, metadata: TableMetadata, candidates:
     current_version = _delta_version(current_snapshot) if current_snapshot else None
     if current_version is not None:
         left = {sid: v for sid, v in versions.items() if sid not in out and v < current_version}
-        for sid in _vacuumed(table, left, current_version):
+        for sid in _vacuumed(table, metadata, left, current_version):
             out[sid] = "a data file it reads was removed by VACUUM"
     return out
 
@@ -183,6 +199,8 @@ def expire_history(table: DeltaTable, published: PublishedMetadata, *, configura
     rules = retention_rules(metadata, retain_snapshots=retain_snapshots, max_snapshot_age_ms=max_snapshot_age_ms,
                             now_ms=now_ms)
     expired = snapshots_to_expire(metadata, older_than_ms=rules.older_than_ms, retain_last=rules.retain_last)
+    if len(metadata.snapshots) <= rules.retain_last + rules.slack:
+        expired = set()
     kept = {s.snapshot_id for s in metadata.snapshots} - expired
     unreadable = unreadable_snapshots(table, metadata, kept, configuration, now_ms)
     for reason in sorted(set(unreadable.values())):

@@ -189,11 +189,6 @@ def _slots(schema: Schema) -> Iterator[tuple[tuple[str, ...], int, it.IcebergTyp
     yield from walk(schema.as_struct(), ())
 
 
-def previous_ids(schema: Schema | None) -> dict[tuple[str, ...], int]:
-    """Field ids of an Iceberg schema keyed by name path (list elements as 'element', map 'key'/'value')."""
-    return {path: field_id for path, field_id, _ in _slots(schema)} if schema is not None else {}
-
-
 def _earlier_slots(schemas: Sequence[Schema]) -> tuple[dict[tuple[str, ...], list[tuple[int, Shape]]],
                                                        dict[int, Shape]]:
     """The ids and shapes each name path had in ``schemas`` (newest first), and the newest shape of each id."""

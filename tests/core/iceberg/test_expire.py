@@ -12,6 +12,7 @@ from pyiceberg.table import StaticTable
 
 from airflow_deltaberg.core.iceberg import convert_commit
 from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.iceberg.expire import users_to_check
 
 
 def _rows(start: int, n: int) -> pa.Table:
@@ -129,3 +130,22 @@ def test_metadata_files_beyond_the_kept_versions_are_deleted(tmp_path: Path,
         "v5.metadata.json", "v6.metadata.json", "v7.metadata.json"]
     assert _ids(StaticTable.from_metadata(after.metadata_location).scan().to_arrow()) == _ids(
         deltalake.DeltaTable(str(path)).to_pyarrow_table())
+
+
+def test_expiry_reads_the_states_of_the_nearest_retained_snapshots_only(tmp_path: Path) -> None:
+    """A manifest a snapshot drops never comes back, so the nearest retained snapshot on each side decides which
+    files of the expired ones stay; with delete files (named by content, used again later) every retained one."""
+    path = tmp_path / "neighbours"
+    for start in range(0, 50, 10):
+        write_deltalake(str(path), _rows(start, 2), mode="append", partition_by=["p"])
+        convert(str(path))
+    metadata = StaticTable.from_metadata(convert(str(path)).metadata_location).metadata
+    ids = [s.snapshot_id for s in sorted(metadata.snapshots, key=lambda s: s.sequence_number)]
+    assert users_to_check(metadata, set(ids[:2])) == [ids[2]]
+    assert users_to_check(metadata, {ids[2]}) == sorted([ids[1], ids[3]])
+    result = convert(str(path), retain_snapshots=3)
+    table = StaticTable.from_metadata(result.metadata_location)
+    for snapshot in table.metadata.snapshots:
+        version = int(snapshot.summary["delta-version"])
+        expected = _ids(deltalake.DeltaTable(str(path), version=version).to_pyarrow_table())
+        assert _ids(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == expected

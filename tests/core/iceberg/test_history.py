@@ -24,6 +24,7 @@ from support.history_tables import id_rows, retained_versions, vacuumed_history
 from support.oracle import assert_same_rows, kernel_arrow
 from support.tables import iceberg_files, write_compliant_table
 
+from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import TypeChangeRefusedError
 from airflow_deltaberg.core.iceberg import history
 from airflow_deltaberg.core.iceberg.convert import convert
@@ -173,3 +174,27 @@ def test_a_type_change_under_column_mapping_is_refused_naming_the_column(tmp_pat
     message = str(refused.value)
     assert "column name" in message and "version 1" in message and str(path) in message
     assert iceberg_files(path) == before
+
+
+def test_an_append_only_history_reads_no_commit_for_the_vacuum_check(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshots of appends say their commits removed nothing: a run of an append-only table reads only the
+    commits it converts (cost flat over the table's life)."""
+    path = tmp_path / "appends"
+    write_deltalake(str(path), id_rows(0, 2))
+    convert(str(path))
+    for start in (10, 20, 30):
+        write_deltalake(str(path), id_rows(start, 2), mode="append")
+        convert(str(path))
+    read: list[tuple[int, int | None]] = []
+    commits = DeltaTable.commits
+
+    def counting(self: DeltaTable, start: int, end: int | None = None) -> Any:
+        read.append((start, end))
+        return commits(self, start, end)
+
+    monkeypatch.setattr(DeltaTable, "commits", counting)
+    assert convert(str(path)).mode == "up-to-date" and read == []
+    deltalake.DeltaTable(str(path)).delete("id = 10")
+    assert convert(str(path)).snapshots_written == 1
+    assert read[-1] == (1, 4)  # the VACUUM check reads the commits after the oldest snapshot kept
