@@ -100,11 +100,5 @@ def conflicting_schemas(metadata: TableMetadata, snapshot_ids: set[int]) -> set[
     if mapping is None:
         return set()
     mapped = set(_mapped_ids(mapping))
-    schemas = {s.schema_id: s for s in metadata.schemas}
-    out = set()
-    for snapshot in metadata.snapshots:
-        schema = schemas.get(snapshot.schema_id) if snapshot.schema_id is not None else None
-        if snapshot.snapshot_id in snapshot_ids and schema is not None and \
-                not set(schema_ids(schema.as_struct())) <= mapped:
-            out.add(snapshot.snapshot_id)
-    return out
+    unmapped = {s.schema_id for s in metadata.schemas if not set(schema_ids(s.as_struct())) <= mapped}
+    return {s.snapshot_id for s in metadata.snapshots if s.snapshot_id in snapshot_ids and s.schema_id in unmapped}

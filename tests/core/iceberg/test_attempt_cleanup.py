@@ -14,10 +14,15 @@ from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.oracle import delta_rows, rows_of
 
-from airflow_deltaberg.core.iceberg import convert_commit
+from airflow_deltaberg.core.iceberg import attempt_cleanup, convert_commit
 from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of
 from airflow_deltaberg.core.iceberg.convert import convert
 
+
+@pytest.fixture(autouse=True)
+def _every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cleanup looks once in ten snapshots; here at every run."""
+    monkeypatch.setattr(attempt_cleanup, "CLEANUP_EVERY", 1)
 
 def _rows(start: int, n: int) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
@@ -69,6 +74,26 @@ def test_old_unreferenced_attempt_files_are_removed_and_fresh_ones_kept(tmp_path
         os.utime(p, (two_hours_ago, two_hours_ago))
     convert(str(path))
     assert not any(p.exists() for p in fresh)
+
+
+def test_the_cleanup_looks_once_in_ten_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attempt_cleanup, "CLEANUP_EVERY", 10)
+    path = tmp_path / "tenth"
+    write_deltalake(str(path), _rows(0, 3))
+    convert(str(path))
+    write_deltalake(str(path), _rows(5, 1), mode="append")
+    old = killed_attempt(path, monkeypatch)
+    two_hours_ago = time.time() - 2 * 3600
+    for p in old:
+        os.utime(p, (two_hours_ago, two_hours_ago))
+    convert(str(path))  # sequence number 2: the version the killed attempt was at
+    for start in range(10, 80, 10):  # sequence numbers 3..9
+        write_deltalake(str(path), _rows(start, 1), mode="append")
+        convert(str(path))
+    assert all(p.exists() for p in old)
+    write_deltalake(str(path), _rows(90, 1), mode="append")
+    convert(str(path))  # sequence number 10
+    assert not any(p.exists() for p in old)
 
 
 def test_files_of_published_attempts_stay_however_old(tmp_path: Path) -> None:
