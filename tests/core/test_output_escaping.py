@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from markdown_it import MarkdownIt
+from support.compat_tables import add_files, create_compliant_table
 from support.delta_log import write_commit
 
 from airflow_deltaberg.cli import main
@@ -155,3 +156,19 @@ def test_webhook_summary(hostile: Path, webhook_server: Any, monkeypatch: pytest
     assert not any(c in body["summary"] for c in RAW)
     assert body["table"] == str(table)  # the JSON fields stay exact
     assert body["report"] == report.to_dict()
+
+
+def test_convert_summary_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The conversion summary's warnings (here: a collation named by the table) are shown escaped."""
+    t = create_compliant_table(tmp_path / "t", [("id", "long"), ("name", "string")],
+                               protocol_overrides={"writerFeatures": ["columnMapping", "icebergCompatV2",
+                                                                      "icebergWriterCompatV1", "collations",
+                                                                      "domainMetadata"]})
+    schema = t.schema()
+    schema["fields"][1]["metadata"]["__COLLATIONS"] = {"name": EVIL}
+    t.set_schema(schema)
+    add_files(t, {"id": [1, 2], "name": ["a", "B"]})
+    assert main(["convert", t.location]) == 0
+    out = capsys.readouterr().out
+    _clean_text(out.rstrip("\n"))
+    assert any(line.startswith("warning: collated") and display.text(EVIL) in line for line in out.splitlines())
