@@ -15,13 +15,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseHook
 
 from airflow_deltaberg.core.redact import masked_options
 from airflow_deltaberg.hooks.masking import mask_option_secrets
 from airflow_deltaberg.hooks.storage import form_extras
 from airflow_deltaberg.provider_info import CATALOG_CONN_TYPE, connection_type, ui_field_behaviour
+from airflow_deltaberg.version_compat import AirflowException
 
 
 def masked_properties(properties: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,6 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseHook
 
 from airflow_deltaberg.core.redact import MASK, SECRET_MARKERS, is_secret_key, masked_options, option_secrets
@@ -32,6 +31,7 @@ from airflow_deltaberg.provider_info import (
     form_fields,
     ui_field_behaviour,
 )
+from airflow_deltaberg.version_compat import AirflowException
 
 if TYPE_CHECKING:
     from airflow_deltaberg.core.delta import DeltaTable

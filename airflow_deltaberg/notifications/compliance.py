@@ -20,13 +20,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseNotifier, Context
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_deltaberg.core import display
 from airflow_deltaberg.core.compat import ComplianceReport
 from airflow_deltaberg.core.redact import is_secret_header, location_text
 from airflow_deltaberg.hooks.masking import mask_secrets
 from airflow_deltaberg.operators.validate import XCOM_KEY
+from airflow_deltaberg.version_compat import AirflowException
 
 log = logging.getLogger(__name__)
 
