@@ -1,117 +1,85 @@
-"""The package's layers point one way and its modules form no import circle.
+"""The package's layers point one way, its modules form no import circle, and what docs/ARCHITECTURE.md says
+each layer knows nothing of it cannot reach, directly or through a chain of imports.
 
-Every module of airflow_deltaberg is parsed with ast; every import statement counts, at module level or inside a
-function (a lazy import still ties the two modules together). Layers, lowest first:
+Every module of airflow_deltaberg is parsed with ast (tests/support/imports.py): every import statement counts, at
+module level or inside a function. Every module is assigned a layer by name: a module no entry names fails (a new
+module must be placed). Layers, lowest first:
 
   0 core base: the package root, version, core.errors, core.redact, core.storage, core.arrow_util, ...
   1 core.delta
-  2 core.compat, core.iceberg
+  2 core.compat, core.iceberg (each knows nothing of the other)
   3 core.enable, core.watch
   4 airflow_deltaberg.spark (PySpark applications; no Airflow)
-  5 cli, operators, sensors, triggers, hooks, notifications, provider_info, version_compat
+  5 cli, operators, sensors, triggers, hooks, notifications, provider_info, version_compat, assets
 """
 
 from __future__ import annotations
 
-import ast
-from dataclasses import dataclass
+import functools
 from pathlib import Path
 
-PACKAGE = "airflow_deltaberg"
-PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
+from support.imports import PACKAGE, Import, import_graph, imports_of, package_modules, reachable
+from support.imports import all_imports as _all_imports
 
-#: Module-name prefixes and their layer; the longest matching prefix wins.
-LAYERS: dict[str, int] = {
-    f"{PACKAGE}": 0,
+#: Modules assigned by their exact name.
+MODULES: dict[str, int] = {
+    PACKAGE: 0,
     f"{PACKAGE}.version": 0,
     f"{PACKAGE}.core": 0,
+    **{f"{PACKAGE}.core.{name}": 0 for name in (
+        "errors", "redact", "storage", "storage_calls", "arrow_util", "memory_pool", "read_ahead", "display")},
+    f"{PACKAGE}.core.watch": 3,
+    f"{PACKAGE}.cli": 5,
+    f"{PACKAGE}.provider_info": 5,
+    f"{PACKAGE}.version_compat": 5,  # the Airflow names that moved between 3.1 and 3.3
+    f"{PACKAGE}.assets": 5,  # Airflow's asset URI hooks (standard library only)
+}
+
+#: Packages assigned with every module under them.
+PACKAGES: dict[str, int] = {
     f"{PACKAGE}.core.delta": 1,
     f"{PACKAGE}.core.compat": 2,
     f"{PACKAGE}.core.iceberg": 2,
     f"{PACKAGE}.core.enable": 3,
-    f"{PACKAGE}.core.watch": 3,
     f"{PACKAGE}.spark": 4,
-    f"{PACKAGE}.cli": 5,
     f"{PACKAGE}.operators": 5,
     f"{PACKAGE}.sensors": 5,
     f"{PACKAGE}.triggers": 5,
     f"{PACKAGE}.hooks": 5,
     f"{PACKAGE}.notifications": 5,
-    f"{PACKAGE}.provider_info": 5,
-    f"{PACKAGE}.version_compat": 5,  # the Airflow names that moved between 3.1 and 3.3
 }
 
-#: Modules of the core base (layer 0) by name; any other core module directly under core/ is a mistake.
-CORE_BASE = {"errors", "redact", "storage", "storage_calls", "arrow_util", "memory_pool", "read_ahead", "display"}
-
-#: Top-level packages nothing under core may import.
-CORE_FORBIDDEN = ("pyspark", "airflow", f"{PACKAGE}.spark")
-
-
-@dataclass(frozen=True)
-class Import:
-    importer: str
-    target: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.importer} -> {self.target} (line {self.line})"
+#: What a part of the package may not load, directly or through any chain of imports (ARCHITECTURE.md, Layers).
+KNOWS_NOTHING_OF: dict[str, tuple[str, ...]] = {
+    f"{PACKAGE}.core": ("pyspark", "airflow", f"{PACKAGE}.spark"),
+    f"{PACKAGE}.spark": ("airflow",),
+    f"{PACKAGE}.core.compat": (f"{PACKAGE}.core.iceberg",),
+    f"{PACKAGE}.core.iceberg": (f"{PACKAGE}.core.compat",),
+}
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+@functools.cache
+def all_imports() -> list[Import]:
+    """The package's imports, parsed once for every test here."""
+    return _all_imports()
 
 
-def package_modules() -> dict[str, Path]:
-    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
-
-
-def _resolve_relative(importer: str, is_package: bool, level: int, module: str | None) -> str:
-    base = importer.split(".") if is_package else importer.split(".")[:-1]
-    if level > 1:
-        base = base[: len(base) - (level - 1)]
-    return ".".join(base + ([module] if module else []))
-
-
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
-    """Every import in the module, resolved to the module it loads (a submodule where ``from pkg import sub``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    is_package = path.name == "__init__.py"
-    found: list[Import] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.extend(Import(name, alias.name, node.lineno) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            source = _resolve_relative(name, is_package, node.level, node.module) if node.level else (node.module or "")
-            for alias in node.names:
-                submodule = f"{source}.{alias.name}"
-                found.append(Import(name, submodule if submodule in modules else source, node.lineno))
-    return found
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
 
 
 def layer_of(module: str) -> int | None:
-    best: tuple[int, int] | None = None
-    for prefix, layer in LAYERS.items():
-        if module == prefix or module.startswith(prefix + "."):
-            if best is None or len(prefix) > best[0]:
-                best = (len(prefix), layer)
-    return None if best is None else best[1]
-
-
-def all_imports() -> list[Import]:
-    """Every import of the package, one per importing module, target and line."""
-    modules = package_modules()
-    found = [imp for name, path in modules.items() for imp in imports_of(name, path, modules)]
-    return list(dict.fromkeys(found))
+    """The module's layer: its exact entry, else the package entry it is under; None when nothing names it."""
+    if module in MODULES:
+        return MODULES[module]
+    matches = [(len(prefix), layer) for prefix, layer in PACKAGES.items() if _under(module, prefix)]
+    return max(matches)[1] if matches else None
 
 
 def upward_imports(imports: list[Import]) -> list[str]:
     found = []
     for imp in imports:
-        if not imp.target.startswith(PACKAGE):
+        if not _under(imp.target, PACKAGE):
             continue
         low, high = layer_of(imp.importer), layer_of(imp.target)
         if low is not None and high is not None and high > low:
@@ -119,13 +87,19 @@ def upward_imports(imports: list[Import]) -> list[str]:
     return found
 
 
-def core_forbidden_imports(imports: list[Import]) -> list[str]:
-    return [
-        str(imp)
-        for imp in imports
-        if imp.importer.startswith(f"{PACKAGE}.core")
-        and any(imp.target == bad or imp.target.startswith(bad + ".") for bad in CORE_FORBIDDEN)
-    ]
+def forbidden_reaches(imports: list[Import], modules: set[str],
+                      rules: dict[str, tuple[str, ...]] = KNOWS_NOTHING_OF) -> list[str]:
+    """Every module under a key of ``rules`` that loads what the key forbids, with the chain that loads it."""
+    graph = import_graph(imports)
+    found = []
+    for module in sorted(modules):
+        banned = [bad for part, bads in rules.items() if _under(module, part) for bad in bads]
+        chains = reachable(module, graph, modules) if banned else {}
+        for bad in banned:
+            hits = [chain for target, chain in chains.items() if _under(target, bad)]
+            if hits:
+                found.append(" -> ".join(min(hits, key=len)))
+    return found
 
 
 def import_cycles(imports: list[Import], modules: set[str] | None = None) -> list[list[str]]:
@@ -189,18 +163,12 @@ def _cycle_in(group: set[str], graph: dict[str, set[str]]) -> list[str]:
     return sorted(group)
 
 
-def test_every_module_has_a_layer() -> None:
-    unmapped = [name for name in package_modules() if layer_of(name) is None]
-    stray_core = [
-        name
-        for name in package_modules()
-        if name.count(".") == 2
-        and name.startswith(f"{PACKAGE}.core.")
-        and layer_of(name) == 0
-        and name.rsplit(".", 1)[1] not in CORE_BASE
-    ]
-    assert not unmapped, f"modules outside every layer: {unmapped}"
-    assert not stray_core, f"modules directly under core that are not the core base: {stray_core}"
+def test_every_module_is_assigned_a_layer() -> None:
+    modules = package_modules()
+    unassigned = [name for name in modules if layer_of(name) is None]
+    stale = [name for name in [*MODULES, *PACKAGES] if name not in modules]
+    assert not unassigned, f"modules no layer names (add them to MODULES or PACKAGES): {unassigned}"
+    assert not stale, f"layer entries naming no module: {stale}"
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one() -> None:
@@ -208,20 +176,11 @@ def test_no_import_from_a_lower_layer_to_a_higher_one() -> None:
     assert not violations, "imports pointing up the layers:\n" + "\n".join(violations)
 
 
-def test_core_imports_no_spark_and_no_airflow() -> None:
-    violations = core_forbidden_imports(all_imports())
-    assert not violations, "core imports pyspark, airflow or the Spark applications:\n" + "\n".join(violations)
-
-
-def test_spark_applications_import_no_airflow() -> None:
-    """spark-submit runs them on a cluster where Airflow is not installed."""
-    violations = [
-        str(imp)
-        for imp in all_imports()
-        if imp.importer.startswith(f"{PACKAGE}.spark")
-        and (imp.target == "airflow" or imp.target.startswith("airflow."))
-    ]
-    assert not violations, "the Spark applications import Airflow:\n" + "\n".join(violations)
+def test_no_part_loads_what_it_knows_nothing_of() -> None:
+    """core loads no Spark and no Airflow, the Spark applications no Airflow (spark-submit runs them where Airflow
+    is not installed), core.compat and core.iceberg not each other: through any chain of imports."""
+    violations = forbidden_reaches(all_imports(), set(package_modules()))
+    assert not violations, "chains loading what a layer knows nothing of:\n" + "\n".join(violations)
 
 
 def test_no_import_circle() -> None:
@@ -241,7 +200,7 @@ def test_the_walker_sees_lazy_relative_and_plain_imports(tmp_path: Path) -> None
         "    from airflow_deltaberg.core.iceberg.publish import publish\n",
         encoding="utf-8",
     )
-    modules = {f"{PACKAGE}.core.compat.rules": Path("rules.py")}
+    modules = {f"{PACKAGE}.core.compat.rules"}
     found = imports_of(f"{PACKAGE}.core.delta.sample", source, modules)
     assert [imp.target for imp in found] == [
         f"{PACKAGE}.spark.x",
@@ -249,8 +208,21 @@ def test_the_walker_sees_lazy_relative_and_plain_imports(tmp_path: Path) -> None
         f"{PACKAGE}.core.iceberg.publish",
     ]
     assert len(upward_imports(found)) == 3
-    assert core_forbidden_imports(found) == [str(found[0])]
 
     loop = [Import("a", "b", 1), Import("b", "c", 1), Import("c", "a", 1), Import("c", "d", 1)]
     assert import_cycles(loop, {"a", "b", "c", "d"}) == [["a", "b", "c", "a"]]
     assert import_cycles(loop[:2], {"a", "b", "c"}) == []
+
+
+def test_a_chain_through_an_allowed_module_is_followed() -> None:
+    """core -> assets -> airflow.sdk: no single import is forbidden, the chain is (and parent packages count)."""
+    core, assets, pkg = f"{PACKAGE}.core.storage", f"{PACKAGE}.assets", f"{PACKAGE}.core.delta"
+    chain = [Import(core, assets, 1), Import(assets, "airflow.sdk", 3, "Asset")]
+    assert forbidden_reaches(chain, {core, assets}) == [f"{core} -> {assets} -> airflow"]
+    via_parent = [Import(f"{pkg}.log", f"{pkg}.x", 1), Import(pkg, "pyspark.sql", 1)]
+    assert forbidden_reaches(via_parent, {f"{pkg}.log", f"{pkg}.x", pkg}) == [
+        f"{pkg} -> pyspark", f"{pkg}.log -> {pkg} -> pyspark", f"{pkg}.x -> {pkg} -> pyspark"]
+    compat, iceberg = f"{PACKAGE}.core.compat.rules", f"{PACKAGE}.core.iceberg.convert"
+    across = [Import(compat, f"{PACKAGE}.core.delta.y", 1), Import(f"{PACKAGE}.core.delta.y", iceberg, 2)]
+    assert forbidden_reaches(across, {compat, iceberg, f"{PACKAGE}.core.delta.y"}) == [
+        f"{compat} -> {PACKAGE}.core.delta.y -> {PACKAGE}.core.iceberg"]
