@@ -6,6 +6,11 @@ Every message names the table, and where it applies the version and the file at 
 failure by that name and the operators rebuild the same class from it (``error_classes()``, used by
 ``airflow_deltaberg.spark.protocol``). Renaming or removing a class is a change of that protocol. ``retryable``
 says whether running the same step again can help; it travels with the name.
+
+**One hierarchy.** Every class derives from DeltabergError. The format errors of the core's own decoders
+(``AvroContainerError``, ``RoaringFormatError``, ``StatsParseError``, ``StatsCountError``, ``SchemaError``) are
+ValueErrors too: the modules that decode call them on bytes or strings and catch ``ValueError`` around pyarrow's and
+json's own errors in the same place.
 """
 
 from __future__ import annotations
@@ -177,6 +182,11 @@ class TypeChangeRefusedError(DeltaError):
     pins its field id: Iceberg readers would read the old type's files and bounds as the new type."""
 
 
+class ColumnTypeChangeError(DeltabergError):
+    """A column whose type changed while column mapping keeps its field id, found where a schema is converted
+    (no table known there); ``core.iceberg.schema.convert_schema`` turns it into a TypeChangeRefusedError."""
+
+
 class CatalogError(DeltabergError):
     """The catalog cannot be opened or updated (configuration, connectivity, missing namespace...)."""
 
@@ -215,15 +225,15 @@ class SparkStartError(DeltabergError):
     names what was looked for and where."""
 
 
-class AvroContainerError(ValueError):
+class AvroContainerError(DeltabergError, ValueError):
     """Bytes that are not a well-formed Avro object container file."""
 
 
-class RoaringFormatError(ValueError):
+class RoaringFormatError(DeltabergError, ValueError):
     """Bytes that are not a valid serialized roaring bitmap (truncated, unsorted, unknown cookie)."""
 
 
-class StatsParseError(ValueError):
+class StatsParseError(DeltabergError, ValueError):
     """A stats string that is not JSON; ``row`` is its index in the array given to ``parse_stats``, ``path`` the
     data file of its add once a caller knows it. Callers that know where the row comes from turn it into a
     CorruptLogError naming the table, version and file."""
@@ -245,7 +255,7 @@ class StatsParseError(ValueError):
         return f"the add of {self.path} has {self}"
 
 
-class StatsCountError(ValueError):
+class StatsCountError(DeltabergError, ValueError):
     """A numRecords or nullCount in a stats object that is not an int64 count. core.delta.stats turns it into a
     StatsParseError naming the row."""
 
@@ -254,7 +264,7 @@ class IcebergStartError(DeltaError):
     """The table's Iceberg metadata cannot give a start version (unreadable, or no ``delta-version``)."""
 
 
-class SchemaError(ValueError):
+class SchemaError(DeltabergError, ValueError):
     """A schema string that does not follow the Delta schema serialization format."""
 
 

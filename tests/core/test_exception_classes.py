@@ -58,10 +58,22 @@ def exception_classes() -> dict[str, str]:
 def test_the_walk_finds_the_core_errors() -> None:
     found = exception_classes()
     assert found[f"{ERRORS_MODULE}.DeltabergError"] == ERRORS_MODULE
-    assert found[f"{ERRORS_MODULE}.StatsParseError"] == ERRORS_MODULE  # a ValueError
+    assert found[f"{ERRORS_MODULE}.StatsParseError"] == ERRORS_MODULE  # a ValueError too
 
 
 def test_every_exception_class_lives_in_core_errors() -> None:
     outside = sorted(name for name, module in exception_classes().items() if module != ERRORS_MODULE)
     assert outside == [], f"exception classes defined outside core/errors.py: {', '.join(outside)}"
 
+
+
+def test_every_exception_class_derives_from_deltaberg_error() -> None:
+    """One hierarchy: ``except DeltabergError`` catches every error the package raises. With the walk above
+    (every exception class is in core/errors.py), checking that module's classes covers the package."""
+    from airflow_deltaberg.core import errors
+
+    defined = [cls for cls in vars(errors).values()
+               if isinstance(cls, type) and issubclass(cls, BaseException) and cls.__module__ == ERRORS_MODULE]
+    outside = sorted(cls.__name__ for cls in defined if not issubclass(cls, errors.DeltabergError))
+    assert len(defined) > 30
+    assert outside == [], f"exception classes that escape `except DeltabergError`: {', '.join(outside)}"

@@ -23,6 +23,7 @@ from airflow_deltaberg.core.errors import (
     DeltaError,
     EnableBlockedError,
     NotADeltaTableError,
+    StatsParseError,
     VersionNotFoundError,
     error_classes,
 )
@@ -77,6 +78,8 @@ def an_error(cls: type[DeltabergError]) -> DeltabergError:
         return cls("IcebergWriterCompatV1 cannot be enabled: change data feed is active", plan)
     if issubclass(cls, DeltaError):
         return cls(f"a {cls.__name__}", table="/t", version=1, file="/t/_delta_log/1.json")
+    if cls is StatsParseError:  # names the row of the stats array it failed on
+        return cls(f"a {cls.__name__}", row=0)
     return cls(f"a {cls.__name__}")
 
 

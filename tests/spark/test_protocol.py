@@ -22,6 +22,7 @@ from airflow_deltaberg.core.errors import (
     DeltabergError,
     DeltaError,
     EnableBlockedError,
+    StatsParseError,
     error_classes,
 )
 from airflow_deltaberg.spark.protocol import (
@@ -53,6 +54,8 @@ def an_error(cls: type[DeltabergError], tmp_path: Path) -> DeltabergError:
         return cls(validate(str(tmp_path / "plain")))
     if issubclass(cls, DeltaError):
         return cls(f"a {cls.__name__}", table="s3://bucket/t", version=3, file="s3://bucket/t/_delta_log/3.json")
+    if cls is StatsParseError:  # names the row of the stats array it failed on
+        return cls(f"a {cls.__name__}", row=0)
     return cls(f"a {cls.__name__}")
 
 

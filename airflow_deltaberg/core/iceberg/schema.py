@@ -22,7 +22,7 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.name_mapping import MappedField, NameMapping
 
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, PrimitiveType, StructField, StructType
-from airflow_deltaberg.core.errors import TypeChangeRefusedError, UnsupportedTypeError
+from airflow_deltaberg.core.errors import ColumnTypeChangeError, TypeChangeRefusedError, UnsupportedTypeError
 
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 TYPE_CHANGES = "delta.typeChanges"
@@ -151,7 +151,7 @@ class _IdAllocator:
         if fixed is not None:
             old = self.pinned.get(fixed)
             if old is not None and not _keeps_id(old, shape):
-                raise ColumnTypeChangeError(path, old, shape)
+                raise ColumnTypeChangeError(f"column {'.'.join(path)} changed type from {old} to {shape}")
             return fixed
         for field_id, old in self.previous.get(path, ()):
             if field_id not in self.reserved and field_id not in self.used and _keeps_id(old, shape):
@@ -159,14 +159,6 @@ class _IdAllocator:
                 return field_id
         self.next_id += 1
         return self.next_id
-
-
-class ColumnTypeChangeError(Exception):
-    """Raised inside the conversion of a schema; ``convert_schema`` turns it into the typed error."""
-
-    def __init__(self, path: tuple[str, ...], old: Shape, new: Shape | None):
-        super().__init__(f"column {'.'.join(path)} changed type from {old} to {new}")
-        self.path, self.old, self.new = path, old, new
 
 
 def _slots(schema: Schema) -> Iterator[tuple[tuple[str, ...], int, it.IcebergType]]:
@@ -252,7 +244,7 @@ def convert_schema(
         fields, mappings = _convert_struct(delta_schema, (), ids, mapped, table, format_version)
     except ColumnTypeChangeError as exc:
         raise TypeChangeRefusedError(
-            f"column {'.'.join(exc.path)} changed type from {exc.old} to {exc.new} while Delta's column mapping "
+            f"{exc} while Delta's column mapping "
             "keeps its field id; Iceberg readers would read the files and bounds of the old type as the new one. "
             "Convert with --full after rewriting the table, or add the column under a new name",
             table=table, version=version) from exc
