@@ -140,6 +140,7 @@ def _convert(args: argparse.Namespace) -> int:
         verify_stats=args.verify_stats,
         strict=args.strict,
         retain_snapshots=args.retain_snapshots,
+        table_properties=dict(args.table_property or []),
         max_snapshot_age_ms=None if args.max_snapshot_age_hours is None
         else int(args.max_snapshot_age_hours * 3600 * 1000),
     )
@@ -324,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="SQL catalog URI, e.g. sqlite:///catalog.db (default type sql)")
     conv.add_argument("--catalog-property", action="append", metavar="KEY=VALUE", type=key_value,
                       help="a pyiceberg catalog property (repeatable), e.g. type=rest")
+    conv.add_argument("--table-property", action="append", metavar="KEY=VALUE", type=key_value,
+                      help="an Iceberg table property the converter follows, kept by the table (repeatable): "
+                           "commit.manifest-merge.enabled, commit.manifest.min-count-to-merge (default 8), "
+                           "commit.manifest.target-size-bytes, write.metadata.previous-versions-max (default 10), "
+                           "write.metadata.delete-after-commit.enabled (docs/METADATA.md)")
     conv.add_argument("--retain-snapshots", type=at_least_one, default=None, metavar="N",
                       help="expire Iceberg snapshots beyond the newest N (default: the table property "
                            "deltaberg.history.max-snapshots, 100); snapshots that no longer read as Delta (files "

@@ -103,3 +103,25 @@ def test_convert_of_a_path_that_is_not_a_table_exits_2(tmp_path: Path) -> None:
     result = run_deltaberg("convert", str(tmp_path / "nothing"), "--format", "json")
     assert result.returncode == 2
     assert "NotADeltaTableError" in result.stderr and str(tmp_path / "nothing") in result.stderr
+
+
+def test_convert_table_properties(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--table-property sets a property the converter follows (the table keeps it); another is refused, exit 2 with
+    one typed line, nothing written (in-process: the CLI's parsing is under test, not its start)."""
+    from pyiceberg.table import StaticTable
+    from support.cli import main_exit_code
+
+    assert main_exit_code(["convert", str(table), "--format", "json", "--table-property",
+                           "write.metadata.previous-versions-max=3", "--table-property",
+                           "commit.manifest.min-count-to-merge=4"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    properties = StaticTable.from_metadata(result["metadata_location"]).metadata.properties
+    assert properties["write.metadata.previous-versions-max"] == "3"
+    assert properties["commit.manifest.min-count-to-merge"] == "4"
+    before = sorted(p.name for p in (table / "_iceberg" / "metadata").iterdir())
+    write_deltalake(str(table), pa.table({"kind": ["c"], "value": pa.array([6], pa.int64())}), mode="append",
+                    partition_by=["kind"])
+    assert main_exit_code(["convert", str(table), "--table-property", "format-version=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("deltaberg convert: TablePropertyError: ") and "format-version" in err[0]
+    assert sorted(p.name for p in (table / "_iceberg" / "metadata").iterdir()) == before
