@@ -43,7 +43,7 @@ def test_a_crowded_partition_map_is_refused_fast(tmp_path: Path, partitioned: bo
     started = time.monotonic()
     with pytest.raises(CorruptLogError, match="300000 partitionValues key.* not partition columns") as info:
         convert(str(root))
-    assert time.monotonic() - started < 5  # was 14-28 s
+    assert time.monotonic() - started < 8  # was 14-28 s (0.4-1 s now, on a busy 2-core VM)
     assert info.value.version == 1 and info.value.file is not None and info.value.file.endswith(Path(commit).name)
     assert str(root) in str(info.value)
     assert iceberg_files(root) == []
