@@ -133,7 +133,8 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Deltaberg", "python-modules": ["airflow_deltaberg.sensors.delta_commit"]}
         ],
         "triggers": [
-            {"integration-name": "Deltaberg", "python-modules": ["airflow_deltaberg.triggers.delta_commit"]}
+            {"integration-name": "Deltaberg", "python-modules": ["airflow_deltaberg.triggers.delta_commit",
+                                                                 "airflow_deltaberg.triggers.delta_commit_event"]}
         ],
         "notifications": [
             "airflow_deltaberg.notifications.compliance.ComplianceEmailNotifier",

@@ -33,13 +33,14 @@ from airflow_deltaberg.core.errors import (
     VersionNotFoundError,
 )
 from airflow_deltaberg.core.iceberg import publish
-from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TABLE_ID, DELTA_VERSION
 from airflow_deltaberg.core.storage import Storage
 
 #: Where the start version of a poll came from (named in messages and in the result).
 START_GIVEN = "version"
 START_ICEBERG = "iceberg"
 START_PREVIOUS_RUN = "previous_run"
+START_LAST_EVENT = "last_event"
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ def _start_description(start_version: int, start_from: str, source_file: str | N
         return f"start version {start_version} (the delta-version of the Iceberg metadata {source_file})"
     if start_from == START_PREVIOUS_RUN:
         return f"start version {start_version} (the to_version of the previous run)"
+    if start_from == START_LAST_EVENT:
+        return f"start version {start_version} (the to_version of the watcher's last event)"
     return f"start version {start_version}"
 
 
@@ -153,12 +156,27 @@ def latest_version_after(
     )
 
 
+@dataclass(frozen=True)
+class IcebergState:
+    """What a table's Iceberg metadata says it was converted from (all None before the first conversion)."""
+
+    delta_version: int | None
+    delta_table_id: str | None
+    location: str | None
+
+
 def iceberg_delta_version(storage: Storage, *, table: str | None = None) -> tuple[int | None, str | None]:
     """The Delta version the table's Iceberg metadata was converted from, and that metadata file's location.
 
     ``(None, None)`` when the table has no Iceberg metadata yet. The version is the ``delta-version`` of the
     current snapshot's summary (the table property of the same name when there is no current snapshot).
     """
+    state = iceberg_state(storage, table=table)
+    return state.delta_version, state.location
+
+
+def iceberg_state(storage: Storage, *, table: str | None = None) -> IcebergState:
+    """``iceberg_delta_version`` with the Delta table id the metadata records (``delta-table-id``)."""
     table = table or storage.root
     try:
         published = publish.latest_metadata(storage)
@@ -176,7 +194,7 @@ def iceberg_delta_version(storage: Storage, *, table: str | None = None) -> tupl
             table=table,
         ) from exc
     if published is None:
-        return None, None
+        return IcebergState(None, None, None)
     metadata, location = published.metadata, published.location
     snapshot = metadata.current_snapshot()
     raw = snapshot.summary.get(DELTA_VERSION) if snapshot is not None and snapshot.summary else None
@@ -199,7 +217,7 @@ def iceberg_delta_version(storage: Storage, *, table: str | None = None) -> tupl
             table=table,
             file=location,
         ) from None
-    return version, location
+    return IcebergState(version, metadata.properties.get(DELTA_TABLE_ID), location)
 
 
 def poll_new_commits(
@@ -217,3 +235,21 @@ def poll_new_commits(
     return latest_version_after(
         storage, start_version, table=table, start_from=start_from, source_file=source_file
     )
+
+
+def commits_after_cursor(
+    storage: Storage, *, last_event_version: int | None, table: str | None = None
+) -> tuple[NewCommits, IcebergState]:
+    """The commits after a watcher's cursor: the later of its last event's ``to_version`` and the Iceberg
+    metadata's ``delta-version`` (commits converted since the last event need no event); every version when
+    there is neither. Returns the Iceberg state read on the way (its ``delta_table_id`` goes into the event)."""
+    if last_event_version is not None and last_event_version < 0:
+        raise ValueError(f"last event version must not be negative, got {last_event_version}")
+    iceberg = iceberg_state(storage, table=table)
+    start_version, start_from, source_file = last_event_version, START_LAST_EVENT, None
+    if iceberg.delta_version is not None and (start_version is None or iceberg.delta_version > start_version):
+        start_version, start_from, source_file = iceberg.delta_version, START_ICEBERG, iceberg.location
+    commits = latest_version_after(
+        storage, start_version, table=table, start_from=start_from, source_file=source_file
+    )
+    return commits, iceberg
