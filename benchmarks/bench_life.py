@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--retain-snapshots", type=int, default=None, help="convert()'s retain_snapshots")
     parser.add_argument("--report-every", type=int, default=1000)
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="end the life early after this many seconds (the figures are those of the last commit)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.commits < 100:
@@ -164,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     progress: list[dict[str, Any]] = []
     started = time.monotonic()
     for version in range(1, args.commits + 1):
+        if args.max_seconds is not None and time.monotonic() - started > args.max_seconds and version > 101:
+            print(f"  stopped after {version - 1} commits (--max-seconds)")
+            args.commits = version - 1
+            break
         append(path, version)
         if version % args.checkpoint_every == 0:
             deltalake.DeltaTable(str(path)).create_checkpoint()
@@ -172,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu.append(cpu_seconds() - before)
         if result.mode != "incremental":
             raise RuntimeError(f"commit {version}: the conversion ran {result.mode} ({result.fall_back})")
-        if version % args.report_every == 0 or version in (100, args.commits):
+        if version % args.report_every == 0 or version == 100:
             point = {"commit": version, "cpu_ms": mean_cpu(cpu, version, args.window) * 1000,
                      **figures(path, result.metadata_location)}
             progress.append(point)
@@ -180,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{point['iceberg_bytes'] / 1e6:.2f} MB _iceberg, {point['retained_snapshots']} snapshots, "
                   f"metadata.json {point['metadata_json_bytes'] / 1e3:.0f} KB "
                   f"({time.monotonic() - started:.0f} s, load {loadavg()})", flush=True)
+    if progress[-1]["commit"] != args.commits:
+        progress.append({"commit": args.commits, "cpu_ms": mean_cpu(cpu, args.commits, args.window) * 1000,
+                         **figures(path, result.metadata_location)})
     last = progress[-1]
     full = full_reference(path, args.work)
     at_100 = next(p for p in progress if p["commit"] == 100)
