@@ -2,13 +2,11 @@
 names the file, whichever writer meets them (pyarrow's streams for manifests, manifest lists and spill files, or
 Storage's own writes); once the disk is usable again a conversion reads as Delta does.
 
-The disks are small tmpfs mounts (root only; elsewhere these tests skip, saying so).
+The disks are small tmpfs mounts (support.small_disk: root only; elsewhere these tests skip, saying so).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,49 +16,22 @@ import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.oracle import delta_rows, rows_of
+from support.small_disk import fill, make_read_only, small_disk
 
 from airflow_deltaberg.core.errors import StorageError, StorageWriteRefusedError
 from airflow_deltaberg.core.iceberg.convert import convert
 
 
-def _mount(folder: Path, *options: str) -> None:
-    subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=2m", *options)), "tmpfs", str(folder)],
-                   check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MB tmpfs at ``tmp_path/disk``, unmounted at the end."""
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    try:
-        _mount(folder)
-    except (OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs here (root only): {exc}")
-    try:
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with small_disk(tmp_path / "disk") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True, timeout=30)
 
 
 def _table(path: Path) -> Path:
     for start in (0, 3):
         write_deltalake(str(path), pa.table({"id": pa.array(range(start, start + 3), pa.int64())}), mode="append")
     return path
-
-
-def _fill(disk: Path) -> Path:
-    """Take every free byte of ``disk`` (the filler file is returned, to free them again)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass  # no space left: filled
-    finally:
-        os.close(fd)
-    return filler
 
 
 def _assert_refused(error: StorageError, table: Path) -> None:
@@ -74,9 +45,9 @@ def _iceberg_rows(table: Path) -> list:
     return rows_of(scan)
 
 
-def test_a_full_disk_is_refused_typed_then_a_conversion_converges(small_disk: Path) -> None:
-    table = _table(small_disk / "t")
-    filler = _fill(small_disk)
+def test_a_full_disk_is_refused_typed_then_a_conversion_converges(disk: Path) -> None:
+    table = _table(disk / "t")
+    filler = fill(disk)
     with pytest.raises(StorageError) as info:
         convert(str(table))
     _assert_refused(info.value, table)
@@ -86,21 +57,21 @@ def test_a_full_disk_is_refused_typed_then_a_conversion_converges(small_disk: Pa
     assert _iceberg_rows(table) == delta_rows(table)
 
 
-def test_a_full_spill_folder_is_refused_typed(small_disk: Path, tmp_path: Path,
+def test_a_full_spill_folder_is_refused_typed(disk: Path, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The in-process engine spills a full conversion's files to TMPDIR: a full one ends typed too."""
     table = _table(tmp_path / "t")
-    monkeypatch.setattr(tempfile, "tempdir", str(small_disk))
-    _fill(small_disk)
+    monkeypatch.setattr(tempfile, "tempdir", str(disk))
+    fill(disk)
     with pytest.raises(StorageError) as info:
         convert(str(table))
     _assert_refused(info.value, table)
     assert not (table / "_iceberg/metadata/version-hint.text").exists()
 
 
-def test_a_read_only_table_folder_is_refused_typed(small_disk: Path) -> None:
-    table = _table(small_disk / "t")
-    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True, capture_output=True, timeout=30)
+def test_a_read_only_table_folder_is_refused_typed(disk: Path) -> None:
+    table = _table(disk / "t")
+    make_read_only(disk)
     with pytest.raises(StorageError) as info:
         convert(str(table))
     _assert_refused(info.value, table)

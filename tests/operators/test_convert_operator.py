@@ -16,6 +16,7 @@ from deltalake import write_deltalake
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
 from support.flaky_fs import FlakyMemoryFileSystem, flaky_store
+from support.small_disk import fill, small_disk
 
 from airflow_deltaberg.operators import DeltaToIcebergOperator
 from airflow_deltaberg.operators.convert import catalog_table_uri, location_uri
@@ -487,6 +488,24 @@ def test_storage_error_is_retried(run_dag, dag_id, flaky_table: str) -> None:
     assert FlakyMemoryFileSystem().exists(summary["metadata_location"])
     (event,) = asset_events(dag_id, result.dag_run.run_id)
     assert event["uri"] == flaky_table
+
+
+def test_a_refused_write_fails_without_retrying(run_dag, dag_id, tmp_path: Path) -> None:
+    """A full disk is StorageWriteRefusedError, not retryable: the task fails at its first try (its retries would
+    meet the same refusal)."""
+    caught: list[BaseException | None] = []
+    with small_disk(tmp_path / "disk") as disk:
+        table = write_delta(disk / "t", rows(0, 3))
+        fill(disk)
+        with make_dag(dag_id) as dag:
+            DeltaToIcebergOperator(task_id="convert", table_uri=str(table), retries=2, retry_delay=NO_DELAY,
+                                   on_failure_callback=lambda context: caught.append(context.get("exception")))
+        result = run_dag(dag)
+    ti = result.ti("convert")
+    assert (ti.state, ti.try_number, ti.max_tries) == ("failed", 1, 2)
+    (exc,) = caught
+    assert type(exc).__name__ == "AirflowFailException"
+    assert "StorageWriteRefusedError" in str(exc) and "No space left" in str(exc) and str(table) in str(exc)
 
 
 def test_asset_uris() -> None:
