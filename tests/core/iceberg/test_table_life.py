@@ -22,6 +22,7 @@ Failure messages name the step (its number, operation, table incarnation and Del
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections import Counter
@@ -166,6 +167,13 @@ def failures(runs: list[Run]) -> str:
     return f"{len(failed)} of {len(runs)} runs broke, the first at {failed[0].step}:\n{shown}{more}"
 
 
+def java_cause(error: Exception) -> str:
+    """The innermost Java exception line of a py4j error (its first line says only which call failed)."""
+    lines = [line.strip().removeprefix("Caused by: ").removeprefix(": ") for line in str(error).splitlines()]
+    causes = [line for line in lines if re.match(r"[\w.$]+(Exception|Error)\b", line)]
+    return (causes[-1] if causes else lines[0])[:300]
+
+
 def last_table(life: Life) -> StaticTable:
     assert life.metadata_location is not None, "no run converted"
     last = life.runs[-1]
@@ -191,9 +199,10 @@ def unreachable(table: StaticTable) -> list[Path]:
         older = StaticTable.from_metadata(location)
         reached.add(local(location).name)
         for snapshot in older.metadata.snapshots:
-            reached.add(local(snapshot.manifest_list).name)
-            if local(snapshot.manifest_list).exists():
+            name = local(snapshot.manifest_list).name
+            if name not in reached and local(snapshot.manifest_list).exists():  # each list read once
                 reached.update(local(m.manifest_path).name for m in snapshot.manifests(older.io))
+            reached.add(name)
     folder = local(table.metadata_location).parent
     stems = {name.removesuffix(".avro") for name in reached}  # m0.avro's entries are m0.entries.arrow
     return sorted(p for p in folder.iterdir() if not any(p.name.startswith(stem) for stem in stems))
@@ -232,7 +241,7 @@ def test_iceberg_java_reads_every_retained_snapshot_as_delta(life: Life, iceberg
             rows = (iceberg_spark.read.format("iceberg").option("versionAsOf", snapshot.snapshot_id)
                     .load(life.metadata_location).collect())
         except Exception as error:  # noqa: BLE001 - reported with the snapshot
-            broken.append(f"{what}: Iceberg Java fails: {str(error).strip().splitlines()[0][:300]}")
+            broken.append(f"{what}: Iceberg Java fails: {java_cause(error)}")
             continue
         found = difference([row.asDict() for row in rows], life.delta_rows[version], "Iceberg Java")
         if found:
