@@ -1,5 +1,5 @@
 """Which known engines can still write (and read) a table after ``enable`` at each level: the one table of known
-engine support. ``plan_enable``, the CLI and the operator list it for the chosen level; README's enable section is
+engine support. ``plan_enable``, the CLI and the operator list it for the chosen level; docs/enable.md's table is
 generated from it (``markdown_table``), and tests/spark/test_enable_writers.py checks every cell marked ``tested``
 against the jars and wheels the tests have (an append or a read that must succeed or be refused as written here).
 """
@@ -159,7 +159,7 @@ def impact(level: str) -> WriterImpact:
 
 
 def markdown_table() -> str:
-    """The table as Markdown (README's enable section holds exactly this; a test keeps them equal)."""
+    """The table as Markdown (docs/enable.md holds exactly this; a test keeps them equal)."""
     head = "| Engine | " + " | ".join(f"`{level}`" for level in LEVELS) + " | Verified |"
     rule = "|---|" + "---|" * len(LEVELS) + "---|"
     rows = []

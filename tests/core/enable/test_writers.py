@@ -1,5 +1,5 @@
-"""The table of known writer support (core.enable.writers): one place, listed by the plan, and README's copy
-kept equal to it. Its cells are checked against the real engines in tests/spark/test_enable_writers.py."""
+"""The table of known writer support (core.enable.writers): one place, listed by the plan, and docs/enable.md's
+copy kept equal to it. Its cells are checked against the real engines in tests/spark/test_enable_writers.py."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from airflow_deltaberg.core.enable import writers
 from airflow_deltaberg.core.enable.levels import ENABLE_LEVELS
 from airflow_deltaberg.core.enable.plan import plan_enable
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+ENABLE_DOC = Path(__file__).resolve().parents[3] / "docs" / "enable.md"
 START, END = "<!-- writer-table:start -->\n", "<!-- writer-table:end -->"
 
 
-def test_readme_holds_the_table() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert START in text and END in text, "README's enable section lost its writer table markers"
+def test_enable_doc_holds_the_table() -> None:
+    text = ENABLE_DOC.read_text(encoding="utf-8")
+    assert START in text and END in text, "docs/enable.md lost its writer table markers"
     copy = text[text.index(START) + len(START):text.index(END)].strip()
-    assert copy == writers.markdown_table(), "README's writer table differs from core/enable/writers.py: " \
+    assert copy == writers.markdown_table(), "docs/enable.md's writer table differs from core/enable/writers.py: " \
                                              "paste writers.markdown_table() between the markers"
 
 

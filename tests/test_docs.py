@@ -1,0 +1,83 @@
+"""The entry points stay short and their links resolve (issue 27 §1): README.md under 10,000 characters, opening
+with the two commands; every relative link (and anchor) in README.md, docs/*.md, benchmarks/README.md and
+tests/README.md names an existing file (and heading, as GitHub slugs it)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+COMMANDS = (
+    "./scripts/demo.sh   # set up .venv; run the event-driven example DAG on a Delta table it writes, append, "
+    "run again\n"
+    "./scripts/test.sh   # set up .venv and the Spark jars; lint; the suite; tests/install again in .venv-floor "
+    "(Airflow 3.1.0, no extras)\n"
+)
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def documents() -> list[Path]:
+    return [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md",
+            ROOT / "tests" / "README.md"]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped except - and _, spaces as -."""
+    text = re.sub(r"[`*_]{1,2}(?=\S)|(?<=\S)[`*_]{1,2}", "", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    seen: dict[str, int] = {}
+    result = set()
+    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, re.M):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        result.add(base if n == 0 else f"{base}-{n}")
+    return result
+
+
+def links(path: Path) -> list[str]:
+    return LINK.findall(FENCE.sub("", path.read_text(encoding="utf-8")))
+
+
+def test_readme_is_short() -> None:
+    assert len(README.read_text(encoding="utf-8")) < 10_000
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert text.startswith("# airflow-deltaberg\n\n```bash\n" + COMMANDS + "```\n"), "README must open with the " \
+        "demo and test commands"
+
+
+def broken_links(doc: Path) -> list[str]:
+    """The relative links of ``doc`` whose file, or heading anchor in a Markdown file, does not exist."""
+    broken = []
+    for target in links(doc):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: ...: not checked (no network)
+            continue
+        file_part, _, anchor = target.partition("#")
+        resolved = (doc.parent / file_part).resolve() if file_part else doc
+        if not resolved.exists() or (anchor and resolved.suffix == ".md" and anchor not in anchors(resolved)):
+            broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc: Path) -> None:
+    broken = broken_links(doc)
+    assert not broken, f"{doc.relative_to(ROOT)}: links that resolve to nothing: {broken}"
+
+
+def test_the_link_checker_catches_a_broken_link_and_anchor(tmp_path: Path) -> None:
+    doc = tmp_path / "a.md"
+    doc.write_text("# Title\n\n## Two words `x`\n\n[ok](a.md#two-words-x) [bad](b.md) [no](#none) [web](https://x)\n")
+    assert broken_links(doc) == ["b.md", "#none"]
