@@ -23,6 +23,7 @@ from airflow_deltaberg.core.errors import DataCheckMemoryError
 DEFAULT_BUDGET = 512 << 20
 BUDGET_ENV = "DELTABERG_DATA_CHECK_MEMORY_MB"
 MAX_SLICE_ROWS = 65536
+_STREAM_BUFFER = 1 << 20
 _FIXED_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
 
 
@@ -51,7 +52,9 @@ def column_slices(source: pa.NativeFile, metadata: pq.FileMetaData, names: Seque
     budget = memory_budget() if budget is None else budget
     schema = metadata.schema.to_arrow_schema()
     byte_columns = [f.name for f in schema if f.name in set(names) and _is_bytes(f.type)]
-    parquet = pq.ParquetFile(source, metadata=metadata, read_dictionary=byte_columns or None)
+    # A buffered stream, not a column chunk read (or pre-buffered) whole: a slice holds the pages it decodes.
+    parquet = pq.ParquetFile(source, metadata=metadata, read_dictionary=byte_columns or None, pre_buffer=False,
+                             buffer_size=_STREAM_BUFFER)
     leaves = _leaves(schema, names, metadata.num_columns)
     empty = True
     for g in range(metadata.num_row_groups):
