@@ -5,6 +5,7 @@ tests/README.md names an existing file (and heading, as GitHub slugs it)."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,26 @@ def test_the_link_checker_catches_a_broken_link_and_anchor(tmp_path: Path) -> No
     doc = tmp_path / "a.md"
     doc.write_text("# Title\n\n## Two words `x`\n\n[ok](a.md#two-words-x) [bad](b.md) [no](#none) [web](https://x)\n")
     assert broken_links(doc) == ["b.md", "#none"]
+
+
+def readme_blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", README.read_text(encoding="utf-8"), re.S | re.M)
+
+
+def test_readme_cli_quickstart_parses() -> None:
+    from airflow_deltaberg.cli import build_parser
+
+    commands = [line.split(" #")[0] for block in readme_blocks("bash") for line in block.splitlines()
+                if line.startswith("deltaberg ")]
+    assert len(commands) >= 4
+    for command in commands:
+        build_parser().parse_args(shlex.split(command)[1:])  # a wrong option or value exits 2
+
+
+def test_readme_dag_quickstart_builds() -> None:
+    (block,) = readme_blocks("python")
+    names: dict[str, object] = {}
+    exec(compile(block, "README.md", "exec"), names)  # the README's own example
+    validate, convert = names["validate"], names["convert"]
+    assert convert.upstream_task_ids == {"validate"}  # type: ignore[attr-defined]
+    assert validate.dag.dag_id == "sales_to_iceberg"  # type: ignore[attr-defined]
