@@ -489,6 +489,7 @@ TIMEOUT_OPTION = "deltaberg_timeout_s"
 TIMEOUT_ENV = "DELTABERG_STORAGE_TIMEOUT_S"
 # How much longer a cancellable write is waited for than its client's own cancellation at the bound.
 _CANCEL_GRACE_S = 5.0
+_CANCELLABLE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
 
 
 class FsspecStorage(Storage):
@@ -508,10 +509,12 @@ class FsspecStorage(Storage):
         self.redact: Callable[[str], str] = redactor or Redactor()
         #: The bound of one call with its retries (see core.storage_calls).
         self.timeout_s = timeout_s
-        # fsspec's async filesystems (s3fs, gcsfs, adlfs) take a ``timeout`` on each call and cancel the request at
-        # it: writes use it, so that a write given up on cannot land later.
+        # s3fs, gcsfs and adlfs (async fsspec filesystems whose sync calls all go through fsspec's ``sync``) take a
+        # ``timeout`` on each call and cancel the request at it: writes use it, so that a write given up on cannot
+        # land later. Other filesystems may not take the keyword.
         self._cancellable = (_is_instance_of(fs, "fsspec.asyn", "AsyncFileSystem")
-                             and not getattr(fs, "asynchronous", False))
+                             and not getattr(fs, "asynchronous", False)
+                             and bool(set(_protocols(fs)) & _CANCELLABLE_PROTOCOLS))
 
     @contextlib.contextmanager
     def typed_errors(self, action: str, key: str) -> Iterator[None]:
