@@ -107,6 +107,14 @@ def test_inspect_cli(hostile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert names[0] == EVIL  # exact in JSON
 
 
+def test_enable_plan_text(hostile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`deltaberg enable --dry-run` lists the plan's changes, which name the columns: escaped."""
+    assert main(["enable", str(hostile), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    _clean_text(out.rstrip("\n"))
+    assert f"  - physical names become col-<id> for {display.text(EVIL + '2')}" in out.splitlines()
+
+
 def test_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The one stderr line of a failed command names the table escaped; the JSON error document stays exact."""
     table = tmp_path / "t\x1b[2J\x1b]0;pwned\x07"
