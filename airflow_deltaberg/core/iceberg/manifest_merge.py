@@ -10,6 +10,10 @@ life). The rules are Iceberg's, read from the table properties:
   most the target size from its oldest manifest on (Iceberg's ``packEnd``, lookback 1), so the newest bin is the
   one left short. A bin of one manifest stays; the bin holding the newest manifest (``first`` in Iceberg) merges
   only once it holds ``min-count`` manifests; any other bin of two or more merges.
+- One rule of ours on top: a manifest of ``FULL_ENTRIES`` entries or more (what a full conversion writes:
+  ``file_manifests.MANIFEST_ROWS``) is full and stays, and a bin holds no more entries than that. Without it, a
+  table whose full conversion wrote manifests under the target size (entries of few stats) would have them all
+  rewritten by its next incremental run: 10M entries for a 100-file append.
 - A merged manifest is added by the new snapshot with its sequence number. Its entries keep their data and file
   sequence numbers and snapshot ids; those the new snapshot added stay ADDED, the other live ones become EXISTING,
   and DELETED entries are kept only when the new snapshot deleted them (earlier deletes are history).
@@ -35,7 +39,7 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
     with_first_row_ids,
     write_manifest_record,
 )
-from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan, two_at_a_time
+from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS, SnapshotPlan, two_at_a_time
 from airflow_deltaberg.core.iceberg.manifest import PREFIX_COLUMN, STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING
 from airflow_deltaberg.core.iceberg.table_properties import (
     MERGE_ENABLED,
@@ -54,6 +58,7 @@ from airflow_deltaberg.core.storage import Storage
 #: (at most the target size) is rewritten every 7 commits: a run costs a seventh of that rewrite on average.
 DEFAULT_MIN_COUNT = 8
 DEFAULT_TARGET_SIZE_BYTES = 8 << 20  # Iceberg's
+FULL_ENTRIES = MANIFEST_ROWS
 
 
 @dataclass(frozen=True)
@@ -79,32 +84,34 @@ def merge_bins(manifests: ManifestTable, settings: MergeSettings, spec_id: int) 
     content = manifests.ints("content")
     specs = manifests.ints("partition_spec_id")
     lengths = manifests.ints("manifest_length")
+    entries = sum(manifests.ints(f"{kind}_files_count") for kind in ("added", "existing", "deleted"))
     out: list[list[int]] = []
     for kind in (0, 1):
         positions = np.flatnonzero(content == kind)
         if len(positions) < 2:
             continue
         first = int(positions[-1])  # the newest manifest of this content (Iceberg's first of the list)
-        group = positions[specs[positions] == spec_id]
-        for bin_ in _pack(group.tolist(), lengths, settings.target_bytes):
+        group = positions[(specs[positions] == spec_id) & (entries[positions] < FULL_ENTRIES)]
+        for bin_ in _pack(group.tolist(), lengths, entries, settings.target_bytes):
             if len(bin_) < 2 or (first in bin_ and len(bin_) < settings.min_count):
                 continue
             out.append(bin_)
     return out
 
 
-def _pack(positions: list[int], lengths: np.ndarray, target: int) -> list[list[int]]:
-    """Greedy bins of at most ``target`` bytes, from the oldest manifest on (an oversized one is a bin alone)."""
+def _pack(positions: list[int], lengths: np.ndarray, entries: np.ndarray, target: int) -> list[list[int]]:
+    """Greedy bins of at most ``target`` bytes and ``FULL_ENTRIES`` entries, from the oldest manifest on (an
+    oversized one is a bin alone)."""
     bins: list[list[int]] = []
-    weight = 0
+    weight = count = 0
     for position in positions:
-        size = int(lengths[position])
-        if bins and weight + size <= target:
+        size, n = int(lengths[position]), int(entries[position])
+        if bins and weight + size <= target and count + n <= FULL_ENTRIES:
             bins[-1].append(position)
-            weight += size
+            weight, count = weight + size, count + n
         else:
             bins.append([position])
-            weight = size
+            weight, count = size, n
     return bins
 
 

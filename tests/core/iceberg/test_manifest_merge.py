@@ -18,6 +18,7 @@ from pyiceberg.table import StaticTable
 from support.oracle import assert_same_rows, kernel_arrow
 
 from airflow_deltaberg.core.errors import TablePropertyError
+from airflow_deltaberg.core.iceberg import file_manifests, manifest_merge
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.manifest_merge import DEFAULT_MIN_COUNT
 from airflow_deltaberg.core.iceberg.table_properties import DEFAULT_PREVIOUS_VERSIONS
@@ -225,4 +226,26 @@ def test_merged_v3_manifests_keep_every_file_s_row_ids(tmp_path: Path) -> None:
         merged += any(m.existing_files_count for m in _manifests(result))
         assert table.metadata.next_row_id >= max(ids.values()) + 1
     assert merged >= 2
+    _assert_rows_equal_delta(path, result)
+
+
+def test_manifests_a_full_conversion_wrote_stay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full conversion's manifests (MANIFEST_ROWS entries each; 4 here) are full: later incremental runs merge the
+    small manifests beside them and never rewrite them (on a big table that would be every entry of the table in
+    one run), and no merged manifest grows past that many entries."""
+    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 4)
+    monkeypatch.setattr(manifest_merge, "FULL_ENTRIES", 4)
+    path = tmp_path / "full"
+    for i in range(9):
+        _append(path, i)
+    first = convert(str(path))
+    full = {m.manifest_path for m in _manifests(first) if m.added_files_count == 4}
+    assert len(full) == 2
+    for i in range(9, 9 + 3 * DEFAULT_MIN_COUNT):
+        _append(path, i)
+        result = convert(str(path))
+        manifests = _manifests(result)
+        assert full <= {m.manifest_path for m in manifests}
+        assert all(m.added_files_count + m.existing_files_count <= 4 for m in manifests)
+    assert any(m.existing_files_count for m in manifests)  # the small ones merged
     _assert_rows_equal_delta(path, result)
