@@ -105,3 +105,12 @@ def test_readme_dag_quickstart_builds() -> None:
     validate, convert = names["validate"], names["convert"]
     assert convert.upstream_task_ids == {"validate"}  # type: ignore[attr-defined]
     assert validate.dag.dag_id == "sales_to_iceberg"  # type: ignore[attr-defined]
+
+
+def test_validation_doc_names_every_data_rule_and_the_count() -> None:
+    from airflow_deltaberg.core.compat import RULES
+
+    text = (ROOT / "docs" / "validation.md").read_text(encoding="utf-8")
+    assert f"({len(RULES)} of them)" in " ".join(text.split()), "docs/validation.md's rule count"
+    missing = [r.id for r in RULES if r.id.startswith("data.") and f"`{r.id}`" not in text]
+    assert not missing, f"docs/validation.md does not name the data rules {missing}"
