@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
+from airflow_deltaberg.core import display
+
 SECRET_MARKERS = ("secret", "key", "token", "password", "credential", "connection_string")
 MASK = "***"
 #: HTTP header names (lower case) whose values are secrets, besides those ``is_secret_key`` matches.
@@ -180,8 +182,10 @@ class Redactor:
         for secret in secrets:
             if not isinstance(secret, str) or len(secret) < MIN_SECRET_LENGTH:
                 continue
-            # A secret shows up as is, or URL-encoded when a client put it into a request URL.
-            spellings.update({secret, quote(secret, safe=""), quote_plus(secret, safe=""), quote(secret)})
+            # A secret shows up as is, or URL-encoded when a client put it into a request URL, or escaped where
+            # human-readable output shows it (core.display).
+            spellings.update({secret, quote(secret, safe=""), quote_plus(secret, safe=""), quote(secret),
+                              display.text(secret), display.markdown(secret), display.html(secret)})
         # Longest first: a secret that contains another is replaced whole.
         ordered = sorted(spellings, key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None

@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_deltaberg.core import display
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.redact import (
     MASK,
@@ -40,6 +41,15 @@ def test_redact_replaces_every_spelling_of_a_secret() -> None:
     redacted = redact(text, [SECRET])
     assert SECRET not in redacted and quote(SECRET, safe="") not in redacted and quote(SECRET) not in redacted
     assert redacted.count(MASK) == 3
+
+
+def test_a_secret_shown_escaped_is_masked_too() -> None:
+    """Human-readable output escapes what it shows (core.display): a secret holding a control character or a
+    markdown or HTML metacharacter must be masked in its escaped spelling too."""
+    secret = "ab_c*d<e>&\x1bf\ng"
+    for shown in (display.text(secret), display.markdown(secret), display.html(secret)):
+        assert shown != secret
+        assert redact(f"message: {shown}.", [secret]) == f"message: {MASK}."
 
 
 def test_short_values_are_not_secrets() -> None:
