@@ -128,7 +128,8 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         # own are paused all the same, and the unconfigured ones have no schedule: none runs on a table nobody chose.
         assert set(dags) == {
             (DAG_ID, 0, "@continuous"), ("deltaberg_scheduled_conversion", 1, "None"),
-            ("deltaberg_compliance_monitoring", 1, "None"), ("deltaberg_enable_writer_compat", 0, "None")}
+            ("deltaberg_compliance_monitoring", 1, "None"), ("deltaberg_enable_writer_compat", 0, "None"),
+            ("deltaberg_asset_watcher", 1, "None")}
         states = deploy.task_states(DAG_ID, run_id)
         assert (state, states) == ("success", dict.fromkeys(("wait_for_commits", "regenerate", "check_row_counts"),
                                                             "success")), deploy.diagnostics()

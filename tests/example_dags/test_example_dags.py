@@ -37,6 +37,7 @@ EXAMPLES = {
     "deltaberg_event_driven_regeneration": "deltaberg_event_driven.py",
     "deltaberg_compliance_monitoring": "deltaberg_compliance_monitoring.py",
     "deltaberg_enable_writer_compat": "deltaberg_enable_writer_compat.py",
+    "deltaberg_asset_watcher": "deltaberg_asset_watcher.py",
 }
 
 
@@ -125,6 +126,7 @@ SCHEDULED = {
     "deltaberg_scheduled_conversion": ("TABLE_URI", "IDENTIFIER"),
     "deltaberg_event_driven_regeneration": ("TABLE_URI", "IDENTIFIER"),
     "deltaberg_compliance_monitoring": ("TABLE_URI",),
+    "deltaberg_asset_watcher": ("TABLE_URI", "IDENTIFIER"),
 }
 
 
@@ -364,6 +366,48 @@ def test_event_driven_check_pushes_its_counts_as_one_xcom(run_dag, load_example,
     assert xcom_keys(dag_id, result.dag_run.run_id, "check_row_counts") == ["return_value"]
     checked = result.xcom("check_row_counts")
     assert (checked["delta_version"], checked["iceberg_rows"], checked["delta_rows"]) == (1, 7, 7)
+
+
+# -- asset watcher -------------------------------------------------------------------------------------------------
+
+
+def test_asset_watcher_schedules_on_the_tables_commit_trigger(load_example: Callable[..., Any]) -> None:
+    from airflow_deltaberg.triggers import DeltaCommitEventTrigger
+
+    dag = load_example("deltaberg_asset_watcher", TABLE_URI="s3://lake/sales", IDENTIFIER="shop.sales",
+                       STORAGE_CONN_ID="lake", POLL_SECONDS="5")
+
+    [asset] = dag.timetable.asset_condition.objects
+    assert asset.uri == "delta://s3/lake/sales"
+    [watcher] = asset.watchers
+    assert isinstance(watcher.trigger, DeltaCommitEventTrigger)
+    assert watcher.trigger.serialize()[1] == {"table_uri": "s3://lake/sales", "poll_interval": 5.0,
+                                              "min_commits": 1, "deltaberg_conn_id": "lake"}
+
+
+def asset_event(payload: dict[str, Any]) -> Any:
+    """An asset event of a watcher, as the run's triggering_asset_events hold it (the extra Airflow writes)."""
+    return type("AssetEvent", (), {"extra": {"from_trigger": True, "payload": payload}})()
+
+
+def test_asset_watcher_run_converts_the_batch_of_its_events(run_dag, load_example, tmp_path: Path) -> None:
+    table = tmp_path / "sales"
+    write_deltalake(str(table), sales(0, 4))
+    write_deltalake(str(table), sales(4, 2), mode="append")
+    catalog = catalog_for(tmp_path)
+    dag = load_example("deltaberg_asset_watcher", TABLE_URI=str(table), IDENTIFIER="shop.sales",
+                       CATALOG=json.dumps(catalog))
+
+    manual = run_dag(dag)  # no asset event: the latest version
+
+    assert manual.state == "success" and manual.xcom("commits") == {}
+    assert (manual.xcom("convert")["mode"], manual.xcom("convert")["delta_version"]) == ("full", 1)
+    assert iceberg_rows(catalog, "shop.sales") == delta_rows(table)
+    # Two events queued while a run was busy make one batch.
+    events = {"delta": [asset_event({"table": str(table), "from_version": 2, "to_version": 2, "table_id": "a"}),
+                        asset_event({"table": str(table), "from_version": 3, "to_version": 4, "table_id": "a"})]}
+    assert dag.get_task("commits").python_callable(triggering_asset_events=events) == {
+        "table": str(table), "from_version": 2, "to_version": 4, "events": 2, "table_id": "a"}
 
 
 # -- compliance monitoring ------------------------------------------------------------------------------------
