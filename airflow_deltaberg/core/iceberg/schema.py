@@ -324,7 +324,8 @@ def _convert_struct(
                 f"column {'.'.join(field_path)} has no delta.columnMapping.id although the table uses column "
                 f"mapping (table {table})"
             )
-        field_id = ids.id_for(field_path, fixed, _shape_of_delta(f.type))
+        # A change Delta recorded (type widening) is judged by _check_type_changes, with its own message.
+        field_id = ids.id_for(field_path, fixed, None if f.metadata.get(TYPE_CHANGES) else _shape_of_delta(f.type))
         _refuse_char(f, field_path, table)
         iceberg_type, children = _convert_type(f.type, field_path, f, "", ids, mapped, table, format_version)
         _check_type_changes(f, iceberg_type, field_path, table, format_version)

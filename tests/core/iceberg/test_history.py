@@ -25,7 +25,7 @@ from support.oracle import assert_same_rows, kernel_arrow
 from support.tables import iceberg_files, write_compliant_table
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.errors import TypeChangeRefusedError
+from airflow_deltaberg.core.errors import TypeChangeRefusedError, UnsupportedTypeError
 from airflow_deltaberg.core.iceberg import history
 from airflow_deltaberg.core.iceberg.convert import convert
 
@@ -198,3 +198,24 @@ def test_an_append_only_history_reads_no_commit_for_the_vacuum_check(tmp_path: P
     deltalake.DeltaTable(str(path)).delete("id = 10")
     assert convert(str(path)).snapshots_written == 1
     assert read[-1] == (1, 4)  # the VACUUM check reads the commits after the oldest snapshot kept
+
+
+def test_a_widening_delta_recorded_keeps_its_own_refusal_under_column_mapping(tmp_path: Path) -> None:
+    """integer -> double by Delta's type widening (delta.typeChanges) is refused as a widening, not as a type change
+    of a pinned field id."""
+    path = write_compliant_table(tmp_path / "widened")
+    metadata = next(a["metaData"] for a in read_actions(commit_file(path, 0)) if "metaData" in a)
+    schema = json.loads(metadata["schemaString"])
+
+    def commit_type(version: int, type_name: str, changes: list[dict[str, str]] | None = None) -> None:
+        schema["fields"][0]["type"] = type_name
+        if changes:
+            schema["fields"][0]["metadata"]["delta.typeChanges"] = changes
+        write_commit(path, [{"metaData": {**metadata, "schemaString": json.dumps(schema)}}], read_version=version,
+                     operation="CHANGE COLUMN")
+
+    commit_type(0, "integer")
+    convert(str(path))
+    commit_type(1, "double", [{"fromType": "integer", "toType": "double"}])
+    with pytest.raises(UnsupportedTypeError, match="widened from integer to double"):
+        convert(str(path))
