@@ -73,3 +73,11 @@ def test_a_link_that_stays_inside_the_table_is_followed(tmp_path: Path) -> None:
     result = convert(str(table))
     assert (table / "iceberg-folder" / "metadata" / "v1.metadata.json").is_file()
     assert rows_of(StaticTable.from_metadata(result.metadata_location).scan().to_arrow()) == delta_rows(table)
+
+
+def test_a_dangling_link_is_refused_before_its_target_is_created(tmp_path: Path) -> None:
+    table = _table(tmp_path / "a", 0)
+    target = tmp_path / "not-yet"
+    os.symlink(target, table / "_iceberg")
+    _refused(table, table / "_iceberg")
+    assert not target.exists()
