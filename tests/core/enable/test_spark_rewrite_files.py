@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.small_disk import fill, small_disk
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.partition_codec import serialize_partition_value
@@ -26,6 +27,7 @@ from airflow_deltaberg.core.enable.rewrite.files import (
 )
 from airflow_deltaberg.core.enable.rewrite.stats import FileStats
 from airflow_deltaberg.core.enable.rewrite.writer import write_files
+from airflow_deltaberg.core.errors import StorageWriteRefusedError
 
 FIELD_ID = b"PARQUET:field_id"
 UTC = dt.UTC
@@ -184,6 +186,18 @@ def test_a_failure_mid_file_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="executor died"):
         list(write_files(batches(), RewriteSpec(str(tmp_path), SCHEMA_STRING, ("p",))))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_is_a_typed_refusal(tmp_path: Path) -> None:
+    """The rewrite writes data files through pyarrow's filesystem: no space left is StorageWriteRefusedError (not
+    retryable), naming the file, and no half-written file stays."""
+    with small_disk(tmp_path / "disk", size="256k") as disk:
+        fill(disk)
+        rows = pa.RecordBatch.from_pylist(ROWS * 2000, schema=LOGICAL)
+        with pytest.raises(StorageWriteRefusedError, match=r"part-\d{5}-.*\.parquet") as info:
+            write(disk, [rows])
+        assert not info.value.retryable
+        assert [p.name for p in disk.iterdir()] == ["filler"]
 
 
 def test_written_files_round_trip_through_a_batch_and_become_add_actions(tmp_path: Path) -> None:

@@ -43,8 +43,13 @@ class _FileWriter:
         self.stats = FileStats(schema, frozenset(spec.partition_columns), spec.string_prefix)
         fs, self.full_path = storage.arrow_path(self.key)
         self.fs = fs
-        self.writer = pq.ParquetWriter(self.full_path, target, filesystem=fs, compression=spec.compression,
-                                       store_decimal_as_integer=True)
+        with storage.typed_errors("write", self.key):  # a full disk, a read-only folder: typed, not an OSError
+            try:
+                self.writer = pq.ParquetWriter(self.full_path, target, filesystem=fs, compression=spec.compression,
+                                               store_decimal_as_integer=True)
+            except BaseException:
+                storage.delete(self.key)  # created before its header failed to write: no half-written file stays
+                raise
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
         self.pending_bytes = 0
@@ -60,12 +65,14 @@ class _FileWriter:
     def _flush(self) -> None:
         if self.pending:
             # One row group per flush: Spark hands over small batches (10k rows) that would make tiny groups.
-            self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=self.pending_rows)
+            with self.storage.typed_errors("write", self.key):
+                self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=self.pending_rows)
             self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
 
     def close(self) -> WrittenFile:
         self._flush()
-        self.writer.close()
+        with self.storage.typed_errors("write", self.key):
+            self.writer.close()
         info = self.fs.get_file_info(self.full_path)
         mtime = int(info.mtime.timestamp() * 1000) if info.mtime is not None else int(time.time() * 1000)
         return WrittenFile(quote(self.key), int(info.size), mtime, self.partition_values, self.stats.to_json(),
