@@ -5,11 +5,17 @@ The event-driven DAG, configured through its own settings on a copy of a fixture
 to date, is unpaused: its sensor defers to the triggerer, a deltalake append fires the trigger, the Spark
 regeneration and the row check succeed, and pyiceberg reads Delta's rows. The storage and catalog connections live
 in the metadata DB with a fake secret each: the trigger resolves the storage connection in the triggerer, the
-tasks both through the api-server; neither secret may reach a log file or the DB."""
+tasks both through the api-server; neither secret may reach a log file or the DB.
+
+The asset-watcher example, in the same deployment, watches a deltalake-written table converted beforehand: an append
+fires exactly one run, which converts it; then the triggerer is killed (SIGKILL), the table gets a second append
+while none runs, and a triggerer started again fires one run for that batch alone (none repeated, none lost)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +32,7 @@ from airflow_deltaberg.core.iceberg.convert import convert
 pytestmark = pytest.mark.spark  # the regeneration is a spark-submit job
 
 DAG_ID = "deltaberg_event_driven_regeneration"
+WATCHER_DAG_ID = "deltaberg_asset_watcher"
 STORAGE_SECRET = "fake-storage-secret-d3pl0y-5t0r4g3"
 CATALOG_SECRET = "fake-catalog-token-d3pl0y-c4t4l0g"
 
@@ -74,6 +81,57 @@ def secrets_found(deploy: Deployment, secrets: tuple[str, ...]) -> list[str]:
     return found
 
 
+
+def watcher_trigger_running(deploy: Deployment) -> bool:
+    """Whether a live triggerer runs the asset watcher's trigger."""
+    return bool(deploy.query(
+        "SELECT t.id FROM trigger t JOIN job j ON j.id = t.triggerer_id WHERE j.state = 'running' "
+        "AND t.classpath = 'airflow_deltaberg.triggers.delta_commit_event.DeltaCommitEventTrigger'"))
+
+
+def watcher_runs(deploy: Deployment) -> list[tuple[str, str, str]]:
+    """(run_id, run_type, state) of every run of the asset-watcher example, oldest first."""
+    return deploy.query("SELECT run_id, run_type, state FROM dag_run WHERE dag_id = ? ORDER BY id", WATCHER_DAG_ID)
+
+
+def finished_runs(deploy: Deployment, count: int) -> list[tuple[str, str, str]] | None:
+    runs = watcher_runs(deploy)
+    return runs if len(runs) >= count and all(state in ("success", "failed") for _, _, state in runs) else None
+
+
+def kill_triggerer(deploy: Deployment) -> None:
+    """SIGKILL the triggerer's process group: no shutdown, no last sync with the DB."""
+    process = deploy.processes.pop("triggerer")
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def check_asset_watcher(deploy: Deployment, table: Path, catalog: dict[str, str]) -> None:
+    """One run per append, across a triggerer killed and started again between the two."""
+    deploy.wait_for("the dag-processor to store the asset-watcher DAG", lambda: deploy.query(
+        "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", WATCHER_DAG_ID), timeout=180)
+    deploy.airflow("dags", "unpause", WATCHER_DAG_ID)
+    deploy.wait_for("the watcher's trigger to run", lambda: watcher_trigger_running(deploy), timeout=180)
+    time.sleep(3)  # polls find nothing new: the Iceberg metadata is at the latest version
+    assert watcher_runs(deploy) == []
+    write_deltalake(str(table), pa.table({"id": [10, 11]}), mode="append")  # version 1
+    [first] = deploy.wait_for("the first watcher run", lambda: finished_runs(deploy, 1), timeout=300)
+    kill_triggerer(deploy)
+    write_deltalake(str(table), pa.table({"id": [12]}), mode="append")  # version 2, no triggerer running
+    deploy.start("triggerer")
+    runs = deploy.wait_for("the second watcher run", lambda: finished_runs(deploy, 2), timeout=300)
+    time.sleep(5)  # a few more polls of the restarted trigger: no run for a batch already reported
+    assert watcher_runs(deploy) == runs and len(runs) == 2, deploy.diagnostics()
+    assert [(run_type, state) for _, run_type, state in runs] == [("asset_triggered", "success")] * 2, (
+        deploy.diagnostics())
+    batches = [deploy.xcom(WATCHER_DAG_ID, run_id, "commits")["return_value"] for run_id, _, _ in runs]
+    assert [(b["from_version"], b["to_version"], b["events"]) for b in batches] == [(1, 1, 1), (2, 2, 1)]
+    converted = [deploy.xcom(WATCHER_DAG_ID, run_id, "convert")["return_value"] for run_id, _, _ in runs]
+    assert [(c["mode"], c["delta_version"]) for c in converted] == [("incremental", 1), ("incremental", 2)]
+    assert first[0] == runs[0][0]
+    assert iceberg_rows(catalog, "lake.watched") == delta_rows(table)
+
+
 def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(copy_fixture,
                                                                                  tmp_path: Path) -> None:
     started = time.monotonic()
@@ -86,6 +144,9 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
     table = copy_fixture("basic_partitioned")
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
     convert(str(table), catalog_config=catalog, identifier="lake.basic")  # Iceberg up to date at Delta version 1
+    watched = tmp_path / "watched"
+    write_deltalake(str(watched), pa.table({"id": [1, 2]}))
+    convert(str(watched), catalog_config=catalog, identifier="lake.watched")  # Iceberg at Delta version 0
     phase("copy and convert the fixture")
     setting = DAG_ID.upper() + "_"
     settings = {
@@ -97,6 +158,11 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         setting + "SPARK_CONF": json.dumps(SUBMIT_CONF),
         setting + "POKE_SECONDS": "1",
         setting + "WAIT_HOURS": "0.05",
+        **{WATCHER_DAG_ID.upper() + "_" + name: value for name, value in {
+            "TABLE_URI": str(watched), "IDENTIFIER": "lake.watched", "STORAGE_CONN_ID": "lake_storage",
+            "CATALOG_CONN_ID": "lake_catalog", "POLL_SECONDS": "1"}.items()},
+        # A killed triggerer's triggers go to a new one once its heartbeat is this old (default 30 s).
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5",
     }
     connections = {
         "lake_storage": {"conn_type": "deltaberg", "extra": json.dumps({"secret": STORAGE_SECRET})},
@@ -129,7 +195,7 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         assert set(dags) == {
             (DAG_ID, 0, "@continuous"), ("deltaberg_scheduled_conversion", 1, "None"),
             ("deltaberg_compliance_monitoring", 1, "None"), ("deltaberg_enable_writer_compat", 0, "None"),
-            ("deltaberg_asset_watcher", 1, "None")}
+            (WATCHER_DAG_ID, 1, "Asset")}
         states = deploy.task_states(DAG_ID, run_id)
         assert (state, states) == ("success", dict.fromkeys(("wait_for_commits", "regenerate", "check_row_counts"),
                                                             "success")), deploy.diagnostics()
@@ -143,6 +209,8 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         # A task log per task, written by the workers; the secrets are checked against them below.
         task_logs = {p.parent.name for p in deploy.log_files() if f"dag_id={DAG_ID}" in str(p)}
         assert {"task_id=wait_for_commits", "task_id=regenerate", "task_id=check_row_counts"} <= task_logs
+        check_asset_watcher(deploy, watched, catalog)
+        phase("asset watcher: two appends, two runs, the triggerer killed between them")
     phase("processes stopped")
     assert iceberg_rows(catalog, "lake.basic") == delta_rows(table)
     assert secrets_found(deploy, (STORAGE_SECRET, CATALOG_SECRET)) == []
