@@ -161,20 +161,21 @@ class _IdAllocator:
         return self.next_id
 
 
-def _slots(schema: Schema) -> Iterator[tuple[tuple[str, ...], int, it.IcebergType]]:
-    """(name path, field id, type) of every slot of a schema (list elements as 'element', map 'key'/'value')."""
+def _slots(schema: Schema) -> Iterator[tuple[tuple[str, ...], int, it.IcebergType, bool]]:
+    """(name path, field id, type, whether a named field) of every slot of a schema (list elements as 'element', map
+    'key'/'value', which are not named fields)."""
 
-    def walk(t: it.IcebergType, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], int, it.IcebergType]]:
+    def walk(t: it.IcebergType, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], int, it.IcebergType, bool]]:
         if isinstance(t, it.StructType):
             for f in t.fields:
-                yield (*path, f.name), f.field_id, f.field_type
+                yield (*path, f.name), f.field_id, f.field_type, True
                 yield from walk(f.field_type, (*path, f.name))
         elif isinstance(t, it.ListType):
-            yield (*path, "element"), t.element_id, t.element_type
+            yield (*path, "element"), t.element_id, t.element_type, False
             yield from walk(t.element_type, (*path, "element"))
         elif isinstance(t, it.MapType):
-            yield (*path, "key"), t.key_id, t.key_type
-            yield (*path, "value"), t.value_id, t.value_type
+            yield (*path, "key"), t.key_id, t.key_type, False
+            yield (*path, "value"), t.value_id, t.value_type, False
             yield from walk(t.key_type, (*path, "key"))
             yield from walk(t.value_type, (*path, "value"))
 
@@ -183,15 +184,18 @@ def _slots(schema: Schema) -> Iterator[tuple[tuple[str, ...], int, it.IcebergTyp
 
 def _earlier_slots(schemas: Sequence[Schema]) -> tuple[dict[tuple[str, ...], list[tuple[int, Shape]]],
                                                        dict[int, Shape]]:
-    """The ids and shapes each name path had in ``schemas`` (newest first), and the newest shape of each id."""
+    """The ids and shapes each name path had in ``schemas`` (newest first), and the newest shape of each named
+    field's id. Only named fields: under column mapping their ids are Delta's, while a list element or map key/value
+    without Delta's nested ids got one of ours, which Delta may give a column later (no type change of a column)."""
     by_path: dict[tuple[str, ...], list[tuple[int, Shape]]] = {}
     by_id: dict[int, Shape] = {}
     for schema in schemas:
-        for path, field_id, t in _slots(schema):
+        for path, field_id, t, named in _slots(schema):
             shape = _shape_of_iceberg(t)
             if (field_id, shape) not in by_path.setdefault(path, []):
                 by_path[path].append((field_id, shape))
-            by_id.setdefault(field_id, shape)
+            if named:
+                by_id.setdefault(field_id, shape)
     return by_path, by_id
 
 

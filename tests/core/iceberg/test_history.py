@@ -219,3 +219,28 @@ def test_a_widening_delta_recorded_keeps_its_own_refusal_under_column_mapping(tm
     commit_type(1, "double", [{"fromType": "integer", "toType": "double"}])
     with pytest.raises(UnsupportedTypeError, match="widened from integer to double"):
         convert(str(path))
+
+
+def test_a_column_given_an_id_a_list_element_had_is_no_type_change(tmp_path: Path) -> None:
+    """Without Delta's nested ids a list element gets an id of ours; a column Delta adds later may get the same
+    id (Delta's maxColumnId knows nothing of ours): that is a new column, not a type change of a pinned id."""
+    path = write_compliant_table(tmp_path / "element")
+    metadata = next(a["metaData"] for a in read_actions(commit_file(path, 0)) if "metaData" in a)
+    schema = json.loads(metadata["schemaString"])
+    schema["fields"].append({"name": "tags", "type": {"type": "array", "elementType": {"type": "struct", "fields": [
+        {"name": "e", "type": "long", "nullable": True, "metadata": {
+            "delta.columnMapping.id": 4, "delta.columnMapping.physicalName": "col-4"}}]}, "containsNull": True},
+        "nullable": True, "metadata": {"delta.columnMapping.id": 3, "delta.columnMapping.physicalName": "col-3"}})
+    configuration = {**metadata["configuration"], "delta.columnMapping.maxColumnId": "4"}
+    write_commit(path, [{"metaData": {**metadata, "schemaString": json.dumps(schema),
+                                      "configuration": configuration}}], read_version=0, operation="ADD COLUMNS")
+    first = convert(str(path))
+    element_id = StaticTable.from_metadata(first.metadata_location).schema().find_field("tags.element").field_id
+    assert element_id == 5  # ours, above maxColumnId
+    schema["fields"].append({"name": "added", "type": "string", "nullable": True, "metadata": {
+        "delta.columnMapping.id": 5, "delta.columnMapping.physicalName": "col-5"}})
+    configuration = {**configuration, "delta.columnMapping.maxColumnId": "5"}
+    write_commit(path, [{"metaData": {**metadata, "schemaString": json.dumps(schema),
+                                      "configuration": configuration}}], read_version=1, operation="ADD COLUMNS")
+    result = convert(str(path))
+    assert StaticTable.from_metadata(result.metadata_location).schema().find_field("added").field_id == 5
