@@ -282,11 +282,15 @@ def test_iceberg_metadata_bytes_stay_bounded(life: Life, full_copy: tuple[Path, 
     print(f"\n_iceberg bytes: {ours}; of a full conversion: {theirs}; the retained snapshots' own: {own}")
     if ours <= 3 * (theirs + own):
         return
+    by_kind: Counter[str] = Counter()
+    for path in (life.path / "_iceberg" / "metadata").iterdir():
+        by_kind[path.name.split(".", 1)[-1]] += path.stat().st_size
     stray = unreachable(table)
     kinds = sorted({p.name.split(".", 1)[-1] for p in stray})
     stray_bytes = sum(p.stat().st_size for p in stray)
     pytest.fail(
         f"after {len(life.runs)} steps, _iceberg holds {ours} bytes, more than 3x the {theirs} a full conversion of "
         f"Delta version {life.runs[-1].step.version} writes plus the {own} of the {len(table.metadata.snapshots)} "
-        f"retained snapshots' own files; {len(stray)} files ({stray_bytes} bytes) are reached from no metadata "
-        f"file the table keeps (kinds: {kinds}; e.g. {[p.name for p in stray[:3]]})")
+        f"retained snapshots' own files; bytes by kind {dict(by_kind.most_common())}; {len(stray)} files "
+        f"({stray_bytes} bytes) are reached from no metadata file the table keeps (kinds: {kinds}; e.g. "
+        f"{[p.name for p in stray[:3]]})")
