@@ -24,7 +24,8 @@ checks no table nobody chose, and only a manual run that names one runs it. It i
     ALERT_EMAIL = data-platform@example.com         recipients, comma-separated
     SMTP_CONN_ID = smtp_default                     SMTP connection (host, port, login; extra: from_email)
     WEBHOOK_CONN_ID = deltaberg_compliance_webhook  HTTP connection of the webhook: host, schema, port,
-                                                    login/password (basic auth), extra: headers (HttpHook)
+                                                    login/password (basic auth), extra: headers, at its
+                                                    top level or as {"headers": {...}}
     WEBHOOK_ENDPOINT = (none)                       path appended to the connection's URL
 """
 

@@ -220,6 +220,17 @@ class ComplianceViolationError(DeltabergError):
         return (type(self), (self.report,))
 
 
+class NotifierConfigError(DeltabergError):
+    """A notifier whose connection cannot deliver (missing connection, no sender, a URL that is not http(s), an
+    extra header that is not text): found when the task starts, before any alert goes out. The message names the
+    connection and the key, never a value."""
+
+
+class FleetDiscoveryError(DeltabergError):
+    """The tables of a fleet cannot be listed: a prefix, list file or Variable that is missing or malformed, or
+    more tables (or deeper folders) than the bound allows."""
+
+
 class SparkStartError(DeltabergError):
     """A local Spark could not start: the jars or the Java it needs are missing, or its JVM exited. The message
     names what was looked for and where."""

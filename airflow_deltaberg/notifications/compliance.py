@@ -23,6 +23,7 @@ from airflow.sdk import BaseNotifier, Context
 
 from airflow_deltaberg.core import display
 from airflow_deltaberg.core.compat import ComplianceReport
+from airflow_deltaberg.core.errors import NotifierConfigError
 from airflow_deltaberg.core.redact import is_secret_header, location_text
 from airflow_deltaberg.hooks.masking import mask_secrets
 from airflow_deltaberg.operators.validate import XCOM_KEY
@@ -164,6 +165,22 @@ class ComplianceEmailNotifier(BaseNotifier):
         self.from_email = from_email
         self.body_format = body_format
 
+    def check_connection(self) -> None:
+        """Raise NotifierConfigError unless this notifier can send: recipients given, the SMTP connection
+        defined, and a sender (``from_email`` or the connection's ``from_email`` extra). Reads the connection
+        only; nothing is sent. Called when a task of this provider starts (operators.notifier_check)."""
+        if not _addresses_or_none(self.to):
+            raise NotifierConfigError("ComplianceEmailNotifier: no recipient in 'to'")
+        conn = _connection(self.smtp_conn_id, "ComplianceEmailNotifier")
+        extra = conn.extra_dejson if isinstance(conn.extra_dejson, Mapping) else {}
+        if not conn.host:
+            raise NotifierConfigError(f"ComplianceEmailNotifier: connection {self.smtp_conn_id!r} has no host")
+        if not (self.from_email or extra.get("from_email")):
+            raise NotifierConfigError(
+                f"ComplianceEmailNotifier: give from_email or set the from_email extra of connection "
+                f"{self.smtp_conn_id!r}"
+            )
+
     def notify(self, context: Context) -> None:
         from airflow.providers.smtp.hooks.smtp import SmtpHook
 
@@ -213,12 +230,50 @@ def email_message(*, subject: str, from_email: str, to: Sequence[str], text: str
     return message
 
 
-def _addresses(to: str | Iterable[str]) -> list[str]:
+def _addresses_or_none(to: str | Iterable[str]) -> list[str]:
     items = to.replace(";", ",").split(",") if isinstance(to, str) else list(to)
-    addresses = [item.strip() for item in items if item and item.strip()]
+    return [item.strip() for item in items if item and item.strip()]
+
+
+def _addresses(to: str | Iterable[str]) -> list[str]:
+    addresses = _addresses_or_none(to)
     if not addresses:
         raise AirflowException("ComplianceEmailNotifier: no recipient in 'to'")
     return addresses
+
+
+def _connection(conn_id: str, owner: str) -> Any:
+    """The Airflow connection ``conn_id``; NotifierConfigError naming it when it is not defined."""
+    from airflow.sdk import BaseHook
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except Exception as exc:  # AirflowNotFoundException (its module moved between releases) or a secrets error
+        raise NotifierConfigError(f"{owner}: connection {conn_id!r} cannot be read: {type(exc).__name__}") from None
+
+
+def connection_headers(conn_id: str, extra: Mapping[str, Any]) -> dict[str, str]:
+    """The headers an ``http`` connection's extra gives, in either shape: at the top level of the extra (as
+    HttpHook reads it) or under ``"headers"`` (``{"headers": {...}}``, the shape the docs showed first); top-level
+    keys first, the nested ones over them. HttpHook's own options (timeout, verify, proxies, ...) are not headers.
+    NotifierConfigError, naming the key only, for a value that is not text or a number."""
+    nested = extra.get("headers")
+    if "headers" in extra and not isinstance(nested, Mapping):
+        raise NotifierConfigError(f"ComplianceWebhookNotifier: connection {conn_id!r}: extra 'headers' must be an "
+                                  f"object of header names and values")
+    top = {k: v for k, v in extra.items() if k != "headers" and k not in _HTTP_HOOK_OPTIONS}
+    headers: dict[str, str] = {}
+    for name, value in [*top.items(), *(nested or {}).items()]:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise NotifierConfigError(f"ComplianceWebhookNotifier: connection {conn_id!r}: the extra header "
+                                      f"{display.text(str(name))!r} is not text ({type(value).__name__})")
+        headers[str(name)] = str(value)
+    return headers
+
+
+#: The keys of an http connection's extra that HttpHook takes as options, not as headers (HTTP provider 6.x).
+_HTTP_HOOK_OPTIONS = frozenset({"stream", "cert", "proxies", "proxy", "timeout", "verify", "verify_ssl",
+                                "allow_redirects", "max_redirects", "trust_env", "check_response", "srv_lookup"})
 
 
 def _send(smtp: Any, message: EmailMessage, from_email: str, recipients: list[str]) -> None:
@@ -239,7 +294,9 @@ def _send(smtp: Any, message: EmailMessage, from_email: str, recipients: list[st
 
 class ComplianceWebhookNotifier(BaseNotifier):
     """POST the notification as JSON (``application/json``) through an HTTP connection (the HTTP provider's
-    HttpHook): host (with or without scheme), schema, port, login/password as basic auth, the extra as headers.
+    HttpHook): host (with or without scheme), schema, port, login/password as basic auth, the extra's headers at
+    its top level (``{"X-Api-Key": "..."}``) or nested (``{"headers": {"X-Api-Key": "..."}}``).
+    ``check_connection`` checks all of it without sending; this provider's operators call it when their task starts.
 
     The body (``notification_payload``)::
 
@@ -274,22 +331,31 @@ class ComplianceWebhookNotifier(BaseNotifier):
     def __repr__(self) -> str:
         return f"ComplianceWebhookNotifier(conn {self.http_conn_id})"
 
-    def notify(self, context: Context) -> None:
+    def check_connection(self) -> None:
+        """Raise NotifierConfigError unless this notifier can post: the connection defined, an http(s) URL, and
+        the extra's headers (top level or under ``"headers"``) text. Reads the connection only; nothing is sent.
+        Called when a task of this provider starts (operators.notifier_check)."""
+        self._prepared()
+
+    def _prepared(self) -> tuple[Any, str, dict[str, str]]:
+        """The hook, the URL and the request headers (the connection's, then this notifier's), secrets masked."""
         hook = _http_hook(self.http_conn_id)
-        conn = hook.get_connection(self.http_conn_id)
-        url = hook.url_from_endpoint(self.endpoint)
-        headers = {"Content-Type": "application/json", **{str(k): str(v) for k, v in self.headers.items()}}
+        conn = _connection(self.http_conn_id, "ComplianceWebhookNotifier")
         extra = conn.extra_dejson if isinstance(conn.extra_dejson, Mapping) else {}
+        conn_headers = connection_headers(self.http_conn_id, extra)
+        url = hook.url_from_endpoint(self.endpoint)
+        headers = {**conn_headers, "Content-Type": "application/json",
+                   **{str(k): str(v) for k, v in self.headers.items()}}
         parts = urlsplit(url)
         mask_secrets([url, parts.query, conn.password,
-                      *(v for k, v in {**extra, **headers}.items() if is_secret_header(k) and isinstance(v, str))])
-        if isinstance(extra.get("headers"), Mapping):
-            raise AirflowException(
-                f"connection {self.http_conn_id!r}: HttpHook sends the whole extra as headers; put the headers at "
-                f"the top level of the extra, not under 'headers'"
-            )
+                      *(v for k, v in headers.items() if is_secret_header(k))])
         if parts.scheme not in ("http", "https"):
-            raise AirflowException(f"ComplianceWebhookNotifier: the URL must be http(s), not {parts.scheme!r}")
+            raise NotifierConfigError(f"ComplianceWebhookNotifier: connection {self.http_conn_id!r}: the URL must "
+                                      f"be http(s), not {parts.scheme!r}")
+        return hook, url, headers
+
+    def notify(self, context: Context) -> None:
+        hook, url, headers = self._prepared()
         payload = notification_payload(context)
         host = _host_of(url)
         import requests  # the HTTP provider's client; imported here, as the hook, to keep DAG parsing light
@@ -318,7 +384,18 @@ def _http_hook(http_conn_id: str) -> Any:
             "ComplianceWebhookNotifier needs apache-airflow-providers-http (a dependency of airflow-deltaberg): "
             f"pip install apache-airflow-providers-http ({exc})"
         ) from None
-    return HttpHook(method="POST", http_conn_id=http_conn_id)
+
+    class _WebhookHook(HttpHook):
+        """HttpHook without the connection's nested ``headers`` object as a header of its own: the notifier
+        passes those headers itself (connection_headers)."""
+
+        def get_conn(self, headers: dict[Any, Any] | None = None,
+                     extra_options: dict[str, Any] | None = None) -> Any:
+            session = super().get_conn(headers, extra_options)
+            session.headers.pop("headers", None)
+            return session
+
+    return _WebhookHook(method="POST", http_conn_id=http_conn_id)
 
 
 def _host_of(url: str) -> str:

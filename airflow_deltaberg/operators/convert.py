@@ -17,6 +17,7 @@ from airflow_deltaberg.core.iceberg.catalog import check_identifier
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.operators.validate import _parse_version
 from airflow_deltaberg.version_compat import AirflowFailException
 
@@ -135,6 +136,7 @@ class DeltaToIcebergOperator(BaseOperator):
         return asset_alias_name(self, "deltaberg-convert")
 
     def execute(self, context: Context) -> dict[str, Any]:
+        fail_on_broken_notifiers(self, context)
         try:
             version = _parse_version(self.version)
             identifier = checked_catalog_arguments(self.identifier, self.catalog_config, self.table_uri)

@@ -16,6 +16,7 @@ from airflow_deltaberg.core.enable.rewrite.result import RewriteResult
 from airflow_deltaberg.core.enable.run import MODES, enable
 from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.operators.spark_submit import (
     SparkApplicationRun,
     application_file,
@@ -109,6 +110,7 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         self._hook: SparkSubmitHook | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
+        fail_on_broken_notifiers(self, context)
         try:
             if self.mode not in MODES:
                 raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")

@@ -25,6 +25,7 @@ from airflow_deltaberg.operators.convert import (
     checked_catalog_arguments,
     emit_asset_event,
 )
+from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.operators.spark_submit import (
     SparkApplicationRun,
     application_file,
@@ -161,6 +162,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         return asset_alias_name(self, "deltaberg-regenerate")
 
     def execute(self, context: Context) -> dict[str, Any]:
+        fail_on_broken_notifiers(self, context)
         try:
             start, target = version_bounds(self.version, self.version_range)
             identifier = checked_catalog_arguments(self.identifier, self.catalog_config, self.table_uri)

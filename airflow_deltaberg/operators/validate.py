@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.errors import ComplianceViolationError, DeltabergError, DeltaError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.version_compat import AirflowFailException
 
 #: The XCom key of the report dict, pushed once per try (also when the task then fails on a violation).
@@ -88,6 +89,7 @@ class DeltaValidateOperator(BaseOperator):
         self.fail_on_violation = fail_on_violation
 
     def execute(self, context: Context) -> None:
+        fail_on_broken_notifiers(self, context)
         try:
             level = _parse_level(self.level)
             version = _parse_version(self.version)

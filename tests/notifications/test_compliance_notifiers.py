@@ -257,15 +257,66 @@ def test_webhook_from_http_connection_keeps_its_secrets_out_of_the_log(
         assert secret not in logged
 
 
-def test_webhook_refuses_headers_nested_in_the_extra(plain_table: Path, webhook_server, monkeypatch) -> None:
-    """HttpHook sends the whole extra as headers: a nested 'headers' object would be sent as a broken header."""
-    conn_id = http_conn(monkeypatch, webhook_server, extra={"headers": {"X-Api-Key": TOKEN}})
+def test_webhook_accepts_headers_nested_in_the_extra(
+    run_dag, dag_id, plain_table: Path, webhook_server, monkeypatch, capfd
+) -> None:
+    """The shape the docs showed, ``{"headers": {...}}``: the headers reach the server, and no header named
+    'headers' (HttpHook sends the extra's keys as headers; a nested object failed the request at send time)."""
+    conn_id = http_conn(monkeypatch, webhook_server, extra={"headers": {"X-Api-Key": TOKEN}, "X-Team": "data"})
+    with make_dag(dag_id) as dag:
+        DeltaValidateOperator(task_id="validate", table_uri=str(plain_table),
+                              on_failure_callback=ComplianceWebhookNotifier(http_conn_id=conn_id))
 
-    with pytest.raises(AirflowException, match="top level of the extra") as info:
-        ComplianceWebhookNotifier(http_conn_id=conn_id)(_violation_context(plain_table))
+    result = run_dag(dag)
 
-    assert TOKEN not in str(info.value)
+    (request,) = webhook_server.requests
+    assert (request.headers["X-Api-Key"], request.headers["X-Team"]) == (TOKEN, "data")
+    assert "headers" not in {name.lower() for name in request.headers}
+    assert request.json()["report"] == result.xcom("validate", "compliance_report")
+    logs = capfd.readouterr()
+    assert TOKEN not in logs.out + logs.err
+
+
+@pytest.mark.parametrize("extra", [{"headers": {"X-Api-Key": ["a", "list"]}}, {"headers": "X-Api-Key: t"},
+                                   {"X-Api-Key": {"nested": TOKEN}}])
+def test_webhook_connection_is_checked_when_the_task_starts(
+    run_dag, dag_id, plain_table: Path, webhook_server, smtp_server, monkeypatch, extra: dict[str, Any]
+) -> None:
+    """A webhook connection that cannot send fails the task when it starts: the table is not read (no report),
+    and the email of the same callback says why, instead of going out alone before the webhook fails."""
+    conn_id = http_conn(monkeypatch, webhook_server, extra=extra)
+    with make_dag(dag_id) as dag:
+        DeltaValidateOperator(task_id="validate", table_uri=str(plain_table), on_failure_callback=[
+            ComplianceEmailNotifier(to="owner@deltaberg.test", smtp_conn_id="smtp_test"),
+            ComplianceWebhookNotifier(http_conn_id=conn_id)])
+
+    result = run_dag(dag)
+
+    assert result.ti("validate").state == "failed"
+    assert result.xcom("validate", "compliance_report") is None  # failed before validating
+    (message,) = smtp_server.messages
+    body, _ = parts(message)
+    assert "NotifierConfigError" in body and repr(conn_id) in body
+    assert TOKEN not in body
     assert webhook_server.requests == []
+
+
+def test_check_connection_names_what_is_missing(webhook_server, monkeypatch) -> None:
+    from airflow_deltaberg.core.errors import NotifierConfigError
+
+    with pytest.raises(NotifierConfigError, match="'no_such_hook' cannot be read"):
+        ComplianceWebhookNotifier(http_conn_id="no_such_hook").check_connection()
+    with pytest.raises(NotifierConfigError, match="'no_such_smtp' cannot be read"):
+        ComplianceEmailNotifier(to="a@b.test", smtp_conn_id="no_such_smtp").check_connection()
+    monkeypatch.setenv("AIRFLOW_CONN_SMTP_NO_SENDER", json.dumps({"conn_type": "smtp", "host": "localhost"}))
+    with pytest.raises(NotifierConfigError, match="from_email"):
+        ComplianceEmailNotifier(to="a@b.test", smtp_conn_id="smtp_no_sender").check_connection()
+    ComplianceEmailNotifier(to="a@b.test", smtp_conn_id="smtp_no_sender", from_email="x@b.test").check_connection()
+    ftp = http_conn(monkeypatch, webhook_server, conn_id="ftp_hook", schema="ftp")
+    with pytest.raises(NotifierConfigError, match="http"):
+        ComplianceWebhookNotifier(http_conn_id=ftp).check_connection()
+    ComplianceWebhookNotifier(http_conn_id=http_conn(monkeypatch, webhook_server,
+                                                     extra={"headers": {"X": "1"}, "timeout": 5})).check_connection()
 
 
 def test_webhook_without_report_posts_the_exception(
