@@ -215,8 +215,11 @@ def test_the_life_has_every_operation(life: Life) -> None:
     assert OPERATIONS <= set(kinds), f"missing: {OPERATIONS - set(kinds)}"
     recreated = [r.step for r in life.runs if r.step.operation.startswith("delete the table")]
     assert recreated, "the table is never deleted and created again"
+    converting = [r.seconds for r in life.runs]
     print(f"\nlife of {len(life.runs)} steps, {sum(r.step.commits for r in life.runs)} commits, "
-          f"{len(recreated)} recreations, {life.seconds:.0f} s; operations {dict(kinds)}")
+          f"{len(recreated)} recreations, {life.seconds:.0f} s ({sum(converting):.0f} s converting: "
+          f"{sum(converting[:50]) / 50:.2f} s a run over the first 50, {sum(converting[-50:]) / 50:.2f} s over "
+          f"the last 50); operations {dict(kinds)}")
 
 
 def test_every_run_converts_and_reads_as_delta(life: Life) -> None:
