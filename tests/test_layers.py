@@ -8,7 +8,7 @@ module must be placed). Layers, lowest first:
   0 core base: the package root, version, core.errors, core.redact, core.storage, core.arrow_util, ...
   1 core.delta
   2 core.compat, core.iceberg (each knows nothing of the other)
-  3 core.enable, core.watch
+  3 core.enable, core.watch, core.fleet, core.fleet_html
   4 airflow_deltaberg.spark (PySpark applications; no Airflow)
   5 cli, operators, sensors, triggers, hooks, notifications, provider_info, version_compat, assets
 """
@@ -29,6 +29,8 @@ MODULES: dict[str, int] = {
     **{f"{PACKAGE}.core.{name}": 0 for name in (
         "errors", "redact", "storage", "storage_calls", "arrow_util", "memory_pool", "read_ahead", "display")},
     f"{PACKAGE}.core.watch": 3,
+    f"{PACKAGE}.core.fleet": 3,  # the fleet's tables and report (watch's versions)
+    f"{PACKAGE}.core.fleet_html": 3,
     f"{PACKAGE}.cli": 5,
     f"{PACKAGE}.provider_info": 5,
     f"{PACKAGE}.version_compat": 5,  # the Airflow names that moved between 3.1 and 3.3

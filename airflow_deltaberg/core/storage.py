@@ -77,6 +77,11 @@ class Storage(ABC):
         A missing directory lists as empty.
         """
 
+    def list_folders(self, directory: str) -> list[str]:
+        """The names of the folders directly inside ``directory`` (on object stores: the common prefixes),
+        sorted. A missing directory lists as empty."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list folders")
+
     @abstractmethod
     def read(self, key: str) -> bytes:
         """The whole content of a key; FileNotFoundError when absent."""
@@ -220,6 +225,17 @@ class LocalStorage(Storage):
             raise _local_error(exc, f"cannot list {self._path(directory)}") from exc
         entries.sort(key=lambda e: e.key)
         return entries
+
+    def list_folders(self, directory: str) -> list[str]:
+        try:
+            with os.scandir(self._path(directory.strip("/"))) as it:
+                # A link to a folder is not followed: a fleet's listing stays below its prefix.
+                names = [item.name for item in it if item.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise _local_error(exc, f"cannot list {self._path(directory)}") from exc
+        return sorted(names)
 
     def read(self, key: str) -> bytes:
         try:
