@@ -19,10 +19,10 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_deltaberg.core.errors import DeltabergError, NotADeltaTableError
+from airflow_deltaberg.version_compat import AirflowException
 
 if TYPE_CHECKING:
     from airflow_deltaberg.core.storage import Storage
