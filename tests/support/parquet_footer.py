@@ -1,5 +1,11 @@
 """Editing the footer of a Parquet file (its Thrift FileMetaData, compact protocol), to make files whose footer
-says something their data does not: what a buggy or hostile writer leaves behind."""
+says something their data does not: what a buggy or hostile writer leaves behind.
+
+A generic compact-protocol codec rather than a library (docs/LIBRARIES.md): pyarrow cannot write a footer that
+disagrees with the data (its writer computes the statistics); ``thrift`` needs Python generated from parquet.thrift
+by the Thrift compiler, ``thriftpy2`` parquet.thrift vendored, and fastparquet (``cencoding.from_buffer``) would add
+fastparquet, pandas and cramjam to the test extra for two test modules. Without a schema, every field a test does
+not edit is written back as it was read."""
 
 from __future__ import annotations
 
