@@ -85,9 +85,17 @@ def fixture_tables(fixtures_dir: Path) -> list[Path]:
 
 
 @pytest.fixture
-def copy_fixture(fixtures_dir: Path, tmp_path: Path) -> Callable[[str], Path]:
+def copy_fixture(fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
     """``copy_fixture(name)`` copies fixture table ``name`` (e.g. ``"partition_cm/id"``) into tmp_path and
-    returns the writable copy's root. File modification times are preserved (copytree uses copy2)."""
+    returns the writable copy's root. File modification times are preserved (copytree uses copy2).
+
+    Those times are the commit times Delta reads, as old as the fixtures: the test's conversions get years of
+    default log retention, so that snapshots of a fixture's earlier versions do not expire by
+    ``delta.logRetentionDuration`` (30 days) once the fixtures are a month old (docs/HISTORY.md)."""
+    from airflow_deltaberg.core.delta.retention import DAY_MS
+    from airflow_deltaberg.core.iceberg import history
+
+    monkeypatch.setattr(history, "DEFAULT_LOG_RETENTION_MS", 100 * 365 * DAY_MS)
 
     def _copy(name: str) -> Path:
         target = tmp_path / "copies" / name
