@@ -128,16 +128,17 @@ def _vacuumed(table: DeltaTable, metadata: TableMetadata, versions: dict[int, in
     version_col = actions.column("version").to_pylist()
     is_add = actions.column("is_add").to_pylist()
     paths = actions.column("path").to_pylist()
-    # For each removal: the versions its file was live at, [last add before it, removal) (from before the range
-    # when it was added earlier). A commit's remove ends the earlier life before its add of the same path begins.
-    last_add: dict[str, int] = {}
+    # For each removal: the versions its file was live at, [first add since the last removal, removal) (from before
+    # the range when it was added earlier; an add of a live path, e.g. a row tracking backfill, does not start a
+    # new life). A commit's remove ends the earlier life before its add of the same path begins.
+    added: dict[str, int] = {}
     lives: list[tuple[int, int, str]] = []  # (removed at, live from, path)
     order = sorted(range(len(paths)), key=lambda i: (version_col[i], is_add[i]))
     for i in order:
         if is_add[i]:
-            last_add[paths[i]] = version_col[i]
+            added.setdefault(paths[i], version_col[i])
         else:
-            lives.append((version_col[i], last_add.pop(paths[i], -1), paths[i]))
+            lives.append((version_col[i], added.pop(paths[i], -1), paths[i]))
     unreadable: set[int] = set()
     checked: dict[str, bool] = {}
     for removed_at, live_from, path in sorted(lives, reverse=True):

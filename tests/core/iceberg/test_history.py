@@ -244,3 +244,24 @@ def test_a_column_given_an_id_a_list_element_had_is_no_type_change(tmp_path: Pat
                                       "configuration": configuration}}], read_version=1, operation="ADD COLUMNS")
     result = convert(str(path))
     assert StaticTable.from_metadata(result.metadata_location).schema().find_field("added").field_id == 5
+
+
+def test_a_file_added_again_counts_from_its_first_add(tmp_path: Path) -> None:
+    """A live file added again (stats recomputed, dataChange=false) was read by the snapshots since its first add:
+    once a later commit removes it and VACUUM deletes it, all of those expire, not only the ones since the re-add."""
+    path = tmp_path / "readded"
+    write_deltalake(str(path), id_rows(0, 4))
+    convert(str(path))
+    write_deltalake(str(path), id_rows(10, 4), mode="append")
+    convert(str(path))
+    adds = [a["add"] for a in read_actions(commit_file(path, 1)) if "add" in a]
+    lines = [{"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "COMPUTE STATS"}},
+             *({"add": {**add, "dataChange": False}} for add in adds)]
+    commit_file(path, 2).write_text("".join(json.dumps(a) + "\n" for a in lines))
+    convert(str(path))
+    deltalake.DeltaTable(str(path)).delete("id >= 10")  # removes the file of version 1
+    convert(str(path))
+    deltalake.DeltaTable(str(path)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    result = convert(str(path))
+    kept = assert_every_snapshot_reads_delta(path, result.metadata_location)
+    assert 0 in kept and not {1, 2} & set(kept)
