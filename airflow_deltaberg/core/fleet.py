@@ -137,38 +137,53 @@ class FleetRow:
         return {**asdict(self), "lag": self.lag, "status": self.status}
 
 
-def table_versions(table: FleetTable, storage_options: Mapping[str, Any] | None = None
-                   ) -> tuple[int | None, int | None, str | None]:
-    """The table's latest Delta version, the ``delta-version`` its Iceberg metadata was converted from, and when
-    that metadata was written (ISO 8601, UTC); None for what cannot be read."""
+@dataclass(frozen=True)
+class TableVersions:
+    """What a table says now: its latest Delta version; from its Iceberg metadata (None before a conversion) the
+    ``delta-version`` converted, when that metadata was written (ISO 8601, UTC) and the rows of its current
+    snapshot (``total-records`` less ``total-position-deletes``: the rows deletion vectors drop)."""
+
+    delta_version: int
+    iceberg_version: int | None
+    written: str | None
+    rows: int | None
+
+
+def table_versions(table: FleetTable, storage_options: Mapping[str, Any] | None = None) -> TableVersions:
     storage = open_storage(table.uri, storage_options)
     delta_version = latest_version_after(storage, None, table=table.uri).latest_version
     state = iceberg_state(storage, table=table.uri)
-    written = None
-    if state.location is not None:
-        written = _metadata_time(storage, state.location)
-    return delta_version, state.delta_version, written
+    if state.location is None:
+        return TableVersions(delta_version, None, None, None)
+    written, rows = _metadata_facts(storage)
+    return TableVersions(delta_version, state.delta_version, written, rows)
 
 
-def _metadata_time(storage: Storage, location: str) -> str | None:
+def _metadata_facts(storage: Storage) -> tuple[str | None, int | None]:
     from airflow_deltaberg.core.iceberg import publish
 
     published = publish.latest_metadata(storage)
     if published is None:
-        return None
-    stamp = dt.datetime.fromtimestamp(published.metadata.last_updated_ms / 1000, tz=dt.timezone.utc)
-    return stamp.isoformat(timespec="seconds")
+        return None, None
+    metadata = published.metadata
+    stamp = dt.datetime.fromtimestamp(metadata.last_updated_ms / 1000, tz=dt.timezone.utc)
+    snapshot = metadata.current_snapshot()
+    summary = snapshot.summary if snapshot is not None and snapshot.summary else None
+    rows = None
+    if summary is not None and summary.get("total-records") is not None:
+        rows = int(summary["total-records"]) - int(summary.get("total-position-deletes") or 0)
+    return stamp.isoformat(timespec="seconds"), rows
 
 
-def fleet_row(table: FleetTable, report: Mapping[str, Any] | None, conversion: Mapping[str, Any] | None,
-              failure: str | None, storage_options: Mapping[str, Any] | None = None) -> FleetRow:
-    """A table's report line from its validation report dict, its conversion summary dict (either None when the
-    task failed or did not run) and the failure text, with the versions read now from the table."""
+def fleet_row(table: FleetTable, report: Mapping[str, Any] | None, failure: str | None,
+              storage_options: Mapping[str, Any] | None = None) -> FleetRow:
+    """A table's report line from its validation report dict (None when the task failed or did not run) and the
+    failure text, with the versions and rows read now from the table and its Iceberg metadata."""
     error = failure
     try:
-        delta_version, iceberg_version, written = table_versions(table, storage_options)
+        now: TableVersions | None = table_versions(table, storage_options)
     except DeltabergError as exc:
-        delta_version = iceberg_version = written = None
+        now = None
         error = error or f"{type(exc).__name__}: {exc}"
     return FleetRow(
         name=table.name, uri=location_text(table.uri),
@@ -176,8 +191,8 @@ def fleet_row(table: FleetTable, report: Mapping[str, Any] | None, conversion: M
         compliant=report.get("compliant") if report else None,
         error_count=report.get("error_count") if report else None,
         warning_count=report.get("warning_count") if report else None,
-        delta_version=delta_version, iceberg_version=iceberg_version, last_conversion=written,
-        rows=conversion.get("records") if conversion else None, error=error,
+        delta_version=now.delta_version if now else None, iceberg_version=now.iceberg_version if now else None,
+        last_conversion=now.written if now else None, rows=now.rows if now else None, error=error,
     )
 
 

@@ -3,7 +3,9 @@
 Both take the report from the task's exception or its cause (``ComplianceViolationError.report``) or else from the
 ``compliance_report`` XCom of the task instance. Without a report (the task failed for another reason, e.g. storage
 credentials missing) they send a short message with the exception text, naming the table: the task's
-``table_uri`` argument, else the exception's ``table`` attribute.
+``table_uri`` argument, else the exception's ``table`` attribute. A fleet report (core.fleet.FleetReport) that a
+task hands over in the context under ``fleet_report`` is sent instead (the fleet DAG's report task): its markdown
+table as the body, ``fleet_report.json`` attached; the webhook's ``fleet`` field.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from airflow.sdk import BaseNotifier, Context
 from airflow_deltaberg.core import display
 from airflow_deltaberg.core.compat import ComplianceReport
 from airflow_deltaberg.core.errors import NotifierConfigError
+from airflow_deltaberg.core.fleet import FleetReport
 from airflow_deltaberg.core.redact import is_secret_header, location_text
 from airflow_deltaberg.hooks.masking import mask_secrets
 from airflow_deltaberg.operators.validate import XCOM_KEY
@@ -32,6 +35,9 @@ from airflow_deltaberg.version_compat import AirflowException
 log = logging.getLogger(__name__)
 
 REPORT_ATTACHMENT = "compliance_report.json"
+FLEET_ATTACHMENT = "fleet_report.json"
+#: The context key under which a task hands a fleet report (core.fleet.FleetReport) to the notifiers.
+FLEET_KEY = "fleet_report"
 # RFC 5322's hard line limit rather than the folding at 78: a subject stays one header line as clients show it,
 # and 7bit keeps a non-ASCII body transfer-encoded for servers without 8BITMIME.
 _EMAIL_POLICY = policy.default.clone(max_line_length=998, cte_type="7bit")
@@ -100,8 +106,15 @@ def failure_text(context: Mapping[str, Any]) -> str:
     return f"{subject} failed without a compliance report: {display.text(detail)}"
 
 
+def find_fleet_report(context: Mapping[str, Any]) -> FleetReport | None:
+    """The fleet report a task handed to the notifiers in its context (``FLEET_KEY``), else None."""
+    fleet = context.get(FLEET_KEY)
+    return fleet if isinstance(fleet, FleetReport) else None
+
+
 def _summary(report: ComplianceReport | None, context: Mapping[str, Any]) -> str:
-    text = report.summary() if report is not None else failure_text(context)
+    fleet = find_fleet_report(context)
+    text = fleet.summary() if fleet is not None else report.summary() if report is not None else failure_text(context)
     first_line = text.splitlines()[0] if text else ""
     return first_line if len(first_line) <= _SUMMARY_LIMIT else first_line[: _SUMMARY_LIMIT - 3] + "..."
 
@@ -113,6 +126,12 @@ def notification_payload(context: Mapping[str, Any]) -> dict[str, Any]:
     ti = context.get("ti") or context.get("task_instance")
     exc = context.get("exception")
     report = find_report(context)
+    fleet = find_fleet_report(context)
+    if fleet is not None:
+        return {"dag_id": getattr(ti, "dag_id", None), "task_id": getattr(ti, "task_id", None),
+                "run_id": getattr(ti, "run_id", None), "try_number": getattr(ti, "try_number", None),
+                "map_index": getattr(ti, "map_index", None), "table": None, "compliant": None,
+                "summary": fleet.summary(), "report": None, "error": None, "fleet": fleet.to_dict()}
     return {
         "dag_id": getattr(ti, "dag_id", None),
         "task_id": getattr(ti, "task_id", None),
@@ -190,7 +209,10 @@ class ComplianceEmailNotifier(BaseNotifier):
         jinja_env = self.get_template_env(dag=context.get("dag"))
         subject = display.text(str(self.render_template(self.subject, template_context, jinja_env)).replace("\n", " "))
 
-        if report is None:
+        fleet = find_fleet_report(context)
+        if fleet is not None:
+            body = f"Fleet report of {_task_label(context)}:\n\n{fleet.to_markdown()}"
+        elif report is None:
             body = failure_text(context)
         else:
             rendered = report.to_markdown() if self.body_format == "markdown" else report.to_text()
@@ -205,14 +227,15 @@ class ComplianceEmailNotifier(BaseNotifier):
                 )
             message = email_message(
                 subject=subject, from_email=from_email, to=recipients, text=body,
-                attachment=report.to_json() if report is not None else None,
+                attachment=fleet.to_json() if fleet is not None else report.to_json() if report is not None else None,
+                attachment_name=FLEET_ATTACHMENT if fleet is not None else REPORT_ATTACHMENT,
             )
             _send(smtp, message, from_email, recipients)
         self.log.info("Emailed the compliance notification of %s: %s", _task_label(context), summary)
 
 
 def email_message(*, subject: str, from_email: str, to: Sequence[str], text: str,
-                  attachment: str | None) -> EmailMessage:
+                  attachment: str | None, attachment_name: str = REPORT_ATTACHMENT) -> EmailMessage:
     """multipart/mixed: a multipart/alternative of ``text`` as text/plain (verbatim: a markdown body stays
     markdown) and as text/html (escaped for HTML, quotes left as they are: they need no escaping in element
     content), then the JSON report attached when there is one."""
@@ -226,7 +249,7 @@ def email_message(*, subject: str, from_email: str, to: Sequence[str], text: str
                             subtype="html", charset="utf-8")
     if attachment is not None:
         message.add_attachment(attachment.encode("utf-8"), maintype="application", subtype="json",
-                               filename=REPORT_ATTACHMENT)
+                               filename=attachment_name)
     return message
 
 
@@ -302,6 +325,8 @@ class ComplianceWebhookNotifier(BaseNotifier):
 
         {"dag_id", "task_id", "run_id", "try_number", "map_index", "table", "compliant", "summary",
          "report": <ComplianceReport.to_dict()> or null, "error": <exception text> or null}
+
+    plus ``"fleet": <FleetReport.to_dict()>`` for a fleet report (then ``report`` and ``table`` are null).
 
     The URL, the connection's password and secret-looking header values are registered with Airflow's secrets
     masker; errors name the scheme, host and port only.

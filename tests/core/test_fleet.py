@@ -86,9 +86,9 @@ def test_the_report_gives_lag_compliance_and_rows_and_its_page_draws_them(tmp_pa
     write_deltalake(str(lagging), pa.table({"id": [10]}), mode="append")
     missing = FleetTable("gone", str(tmp_path / "gone"))
 
-    rows = [fleet_row(FleetTable("current", str(current)), validate(str(current)).to_dict(), {"records": 3}, None),
-            fleet_row(FleetTable("lagging", str(lagging)), None, {"records": 2}, None),
-            fleet_row(missing, None, None, "CorruptLogError: bad commit")]
+    rows = [fleet_row(FleetTable("current", str(current)), validate(str(current)).to_dict(), None),
+            fleet_row(FleetTable("lagging", str(lagging)), None, None),
+            fleet_row(missing, None, "CorruptLogError: bad commit")]
     report = fleet_report(rows)
 
     assert converted == (3, 2)
@@ -97,6 +97,7 @@ def test_the_report_gives_lag_compliance_and_rows_and_its_page_draws_them(tmp_pa
     assert (current_row.compliant, current_row.status, current_row.rows) == (False, "not compliant", 3)
     assert current_row.error_count and current_row.last_conversion
     assert (lagging_row.delta_version, lagging_row.iceberg_version, lagging_row.lag) == (2, 0, 2)
+    assert lagging_row.rows == 2  # the Iceberg table's rows, at the version it was converted from
     assert (missing_row.status, missing_row.error, missing_row.lag) == ("failed", "CorruptLogError: bad commit", None)
     assert report.counts() == {"compliant": 0, "not compliant": 1, "unchecked": 1, "failed": 1}
     assert "| lagging | unchecked |" in report.to_markdown()
