@@ -1,5 +1,6 @@
 """The Airflow names whose home differs between the lowest Airflow this provider supports (3.1.0, pyproject.toml)
-and the newest it is tested on (3.3): every module of the package imports them from here, nowhere else.
+and the newest it is tested on (3.3): every module of the package imports them from here, nowhere else
+(tests/test_version_compat.py walks the imports).
 
 - ``AirflowFailException``, ``AirflowSensorTimeout``, ``AirflowSkipException``: ``airflow.sdk.exceptions`` in
   3.3 (which warns on the old ``airflow.exceptions`` names), ``airflow.exceptions`` in 3.1.
