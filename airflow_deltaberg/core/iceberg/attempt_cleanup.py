@@ -91,8 +91,12 @@ def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, name
             continue
         try:
             other = read_metadata(storage, version).metadata
-        except (DeltabergError, ValueError, FileNotFoundError):
+        except DeltabergError as exc:
+            if exc.retryable:
+                raise  # unread, its files would look unused and be deleted
             continue  # not Iceberg metadata: it names no file of ours
+        except (ValueError, FileNotFoundError):
+            continue
         for snapshot in other.snapshots:
             state = read_state(storage, snapshot.manifest_list)
             if state is not None:

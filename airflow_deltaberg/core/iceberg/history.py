@@ -120,6 +120,8 @@ def _vacuumed(table: DeltaTable, metadata: TableMetadata, versions: dict[int, in
     try:
         actions = table.commits(start, current_version).actions.file_actions
     except DeltabergError as exc:
+        if exc.retryable:
+            raise  # a transient store fault says nothing of the files: expiring on it would lose history for good
         # Commits this run cannot read leave the files of these snapshots unknown: none is kept unchecked.
         log.warning("%s: the commits after Delta version %d cannot be read (%s): the snapshots before version %d "
                     "expire", table.location, start - 1, exc, current_version)

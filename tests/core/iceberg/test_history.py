@@ -25,7 +25,7 @@ from support.oracle import assert_same_rows, kernel_arrow
 from support.tables import iceberg_files, write_compliant_table
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.errors import TypeChangeRefusedError, UnsupportedTypeError
+from airflow_deltaberg.core.errors import StorageTimeoutError, TypeChangeRefusedError, UnsupportedTypeError
 from airflow_deltaberg.core.iceberg import history
 from airflow_deltaberg.core.iceberg.convert import convert
 
@@ -265,3 +265,24 @@ def test_a_file_added_again_counts_from_its_first_add(tmp_path: Path) -> None:
     result = convert(str(path))
     kept = assert_every_snapshot_reads_delta(path, result.metadata_location)
     assert 0 in kept and not {1, 2} & set(kept)
+
+
+def test_a_transient_store_fault_in_the_vacuum_check_expires_nothing(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retryable error reading the commits says nothing of the files: the run fails retryable, the snapshots stay
+    (expiring them on it lost history for good)."""
+    path = tmp_path / "flaky"
+    write_deltalake(str(path), id_rows(0, 2))
+    convert(str(path))
+    deltalake.DeltaTable(str(path)).delete("id = 0")
+    before = convert(str(path))
+
+    def stalled(self: DeltaTable, start: int, end: int | None = None) -> Any:
+        raise StorageTimeoutError(f"{path}: reading commit {start}: the store did not answer")
+
+    monkeypatch.setattr(DeltaTable, "commits", stalled)
+    with pytest.raises(StorageTimeoutError):  # an up-to-date run: only the VACUUM check reads commits
+        convert(str(path))
+    monkeypatch.undo()
+    after = convert(str(path))
+    assert set(retained_versions(after.metadata_location)) >= set(retained_versions(before.metadata_location))
