@@ -195,7 +195,7 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         assert set(dags) == {
             (DAG_ID, 0, "@continuous"), ("deltaberg_scheduled_conversion", 1, "None"),
             ("deltaberg_compliance_monitoring", 1, "None"), ("deltaberg_enable_writer_compat", 0, "None"),
-            (WATCHER_DAG_ID, 1, "Asset")}
+            (WATCHER_DAG_ID, 1, "Asset"), ("deltaberg_fleet", 1, "None")}
         states = deploy.task_states(DAG_ID, run_id)
         assert (state, states) == ("success", dict.fromkeys(("wait_for_commits", "regenerate", "check_row_counts"),
                                                             "success")), deploy.diagnostics()

@@ -169,3 +169,12 @@ def test_the_fleet_dag_reads_a_list_file_and_without_a_source_has_no_schedule(
     assert result.ti("report").state == "success"
     rows = {r["name"]: (r["rows"], r["lag"], r["status"]) for r in result.xcom("report")["tables"]}
     assert rows == {"a": (1, 0, "not compliant"), "b": (2, 0, "not compliant")}
+
+    # A run that names a Variable instead (a JSON list; names given), after a commit to b.
+    write_deltalake(str(tmp_path / "b"), pa.table({"id": [4]}), mode="append")
+    monkeypatch.setenv("AIRFLOW_VAR_FLEET_TABLES", json.dumps([{"name": "only_b", "uri": str(tmp_path / "b")}]))
+    by_variable = run_dag(dag, run_conf={"tables_file": "", "tables_variable": "fleet_tables"})
+
+    assert [t["name"] for t in by_variable.xcom("discover")] == ["only_b"]
+    (row,) = by_variable.xcom("report")["tables"]
+    assert (row["name"], row["rows"], row["delta_version"], row["lag"]) == ("only_b", 3, 1, 0)
