@@ -582,6 +582,24 @@ class FsspecStorage(Storage):
         entries.sort(key=lambda e: e.key)
         return entries
 
+    def list_folders(self, directory: str) -> list[str]:
+        directory = directory.strip("/")
+        path = self._path(directory)
+
+        def listing() -> list[str]:
+            try:
+                infos = self.fs.ls(path, detail=True, refresh=True)
+            except TypeError:  # a filesystem whose ls takes no refresh argument
+                infos = self.fs.ls(path, detail=True)
+            listed_path = self.fs._strip_protocol(path).rstrip("/")
+            return sorted(info["name"].rstrip("/").rsplit("/", 1)[-1] for info in infos
+                          if info.get("type") == "directory" and info["name"].rstrip("/") != listed_path)
+
+        try:
+            return self._bounded("list", directory, listing)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
     @staticmethod
     def _list_generic(fs: Any, path: str, start_after: str | None) -> list[_Listed]:
         """Any filesystem: list the whole directory, then filter (the cost grows with the directory)."""

@@ -108,3 +108,20 @@ def test_the_report_gives_lag_compliance_and_rows_and_its_page_draws_them(tmp_pa
     assert page.bars == {"current": "not compliant", "lagging": "unchecked", "gone": "failed"}
     assert "svg" in page.tags and "script" not in page.tags and "link" not in page.tags
     assert "http" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+
+
+def test_an_object_store_prefix_lists_its_common_prefixes() -> None:
+    """fsspec's listing (FsspecStorage.list_folders): folders are the prefixes of the keys below them."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for key in ("lake/a/_delta_log/00000000000000000000.json", "lake/b/c/_delta_log/00000000000000000000.json",
+                "lake/b/c/part-0.parquet", "lake/loose.json", "lake/_tmp/x/_delta_log/0.json"):
+        fs.pipe(f"/fleet-test/{key}", b"{}")
+    try:
+        tables = discover_prefix("memory://fleet-test/lake")
+    finally:
+        fs.rm("/fleet-test", recursive=True)
+
+    assert [(t.name, t.uri) for t in tables] == [("a", "memory://fleet-test/lake/a"),
+                                                 ("b/c", "memory://fleet-test/lake/b/c")]
