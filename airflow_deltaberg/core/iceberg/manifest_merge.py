@@ -41,6 +41,7 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
 )
 from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS, SnapshotPlan, two_at_a_time
 from airflow_deltaberg.core.iceberg.manifest import PREFIX_COLUMN, STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING
+from airflow_deltaberg.core.iceberg.publish import metadata_folder_key
 from airflow_deltaberg.core.iceberg.table_properties import (
     MERGE_ENABLED,
     MIN_COUNT_TO_MERGE,
@@ -127,6 +128,13 @@ def merge_manifests(storage: Storage, manifests: ManifestTable, plan: SnapshotPl
         return manifests
     replaced = {bin_[0]: record for bin_, record in kept}
     dropped = [p for bin_, _ in kept for p in bin_[1:]]
+    # The manifests this snapshot wrote and merged at once no snapshot lists: deleted now, else nothing would
+    # (expiry deletes the files of the snapshots it drops).
+    for record in manifests.records([p for bin_, _ in kept for p in bin_]):
+        manifest_key = metadata_folder_key(storage, record.info.manifest_path)
+        if record.info.added_snapshot_id == plan.snapshot_id and manifest_key is not None:
+            storage.delete(manifest_key)
+            storage.delete(record.entries_key)
     return manifests.with_changes(replaced).without_positions(dropped)
 
 

@@ -67,6 +67,13 @@ def test_one_file_appends_keep_a_bounded_manifest_count_and_state_size(tmp_path:
             _assert_rows_equal_delta(path, result)
     assert max(counts) <= DEFAULT_MIN_COUNT - 1
     assert counts[-1] < 40
+    # Every manifest in the folder is one a snapshot lists (those written and merged in one run are deleted).
+    table = _iceberg(result)
+    listed = {m.manifest_path.removeprefix("file://") for s in table.metadata.snapshots for m in s.manifests(table.io)}
+    on_disk = {str(p) for p in (path / "_iceberg" / "metadata").glob("*-m0.avro")}
+    assert on_disk == listed
+    assert {p.name.removesuffix(".entries.arrow") for p in (path / "_iceberg" / "metadata").glob("*.entries.arrow")} \
+        == {Path(p).name.removesuffix(".avro") for p in listed}
     # Linear: the last ten states are no bigger than the ten from run 10 on (a merge in between may leave one or two
     # more rows), where listing every manifest made them 50-60% bigger.
     assert sum(state_bytes[30:]) <= 1.1 * sum(state_bytes[10:20])
