@@ -22,11 +22,11 @@ from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_state
 from airflow_deltaberg.core.iceberg.expire import files_of, used_files
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, metadata_file_version, read_metadata
+from airflow_deltaberg.core.iceberg.table_properties import ATTEMPT_AGE
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
 log = logging.getLogger(__name__)
 
-ATTEMPT_AGE = "deltaberg.cleanup.attempt-age-ms"
 DEFAULT_ATTEMPT_AGE_MS = 3600 * 1000
 
 _ATTEMPT_FILE = re.compile(r"^([0-9a-f]{32})-")

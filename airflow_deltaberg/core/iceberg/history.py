@@ -35,6 +35,7 @@ from airflow_deltaberg.core.iceberg.expire import Expiry, expire_snapshot_ids, s
 from airflow_deltaberg.core.iceberg.publish import PublishedMetadata
 from airflow_deltaberg.core.iceberg.schema_history import conflicting_schemas
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TIMESTAMP, DELTA_VERSION, TableMetadata
+from airflow_deltaberg.core.iceberg.table_properties import MAX_SNAPSHOTS
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 #: earlier metadata files multiply it), and each kept snapshot's Delta commit is read again by every run's
 #: VACUUM check: 100 keeps a run's cost flat and covers a day of hourly conversions or the last 100 commits of a
 #: table converted after each one, inside Delta's own default time travel (7 days of removed files).
-MAX_SNAPSHOTS = "deltaberg.history.max-snapshots"
 DEFAULT_MAX_SNAPSHOTS = 100
 
 

@@ -62,6 +62,9 @@ def delete_after_commit(properties: Mapping[str, Any], *, table: str) -> bool:
 MERGE_ENABLED = "commit.manifest-merge.enabled"
 MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_BYTES = "commit.manifest.target-size-bytes"
+#: Snapshot retention (``history``) and the cleanup of killed attempts' files (``attempt_cleanup``).
+MAX_SNAPSHOTS = "deltaberg.history.max-snapshots"
+ATTEMPT_AGE = "deltaberg.cleanup.attempt-age-ms"
 #: The properties a conversion may be asked to set: the least value of an integer one, None for a boolean one.
 SETTABLE: dict[str, int | None] = {
     PREVIOUS_VERSIONS_MAX: 0,
@@ -69,6 +72,8 @@ SETTABLE: dict[str, int | None] = {
     MERGE_ENABLED: None,
     MIN_COUNT_TO_MERGE: 0,
     TARGET_SIZE_BYTES: 1,
+    MAX_SNAPSHOTS: 1,
+    ATTEMPT_AGE: 0,
 }
 
 

@@ -110,6 +110,17 @@ def test_a_default_bound_on_the_snapshots_kept(tmp_path: Path, monkeypatch: pyte
     assert sorted(retained_versions(result.metadata_location)) == [3, 4, 5, 6]
 
 
+def test_the_snapshot_bound_is_a_table_property_a_conversion_sets(tmp_path: Path) -> None:
+    """``deltaberg.history.max-snapshots`` given once (CLI ``--table-property``) stays on the table for later runs."""
+    path = tmp_path / "property"
+    write_deltalake(str(path), id_rows(0, 2))
+    convert(str(path), table_properties={"deltaberg.history.max-snapshots": "3"})
+    for start in range(10, 60, 10):
+        write_deltalake(str(path), id_rows(start, 2), mode="append")
+        result = convert(str(path))
+    assert sorted(assert_every_snapshot_reads_delta(path, result.metadata_location)) == [3, 4, 5]
+
+
 def name_mapping(location: str) -> list[dict[str, Any]]:
     metadata = json.loads(Path(location).read_text())
     return json.loads(metadata["properties"]["schema.name-mapping.default"])
