@@ -28,8 +28,9 @@ def documents() -> list[Path]:
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped except - and _, spaces as -."""
-    text = re.sub(r"[`*_]{1,2}(?=\S)|(?<=\S)[`*_]{1,2}", "", heading.strip()).lower()
+    """GitHub's anchor of a heading: lower case, code and bold marks and punctuation dropped (not - and _),
+    spaces as -."""
+    text = heading.strip().replace("`", "").replace("*", "").lower()
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
