@@ -131,19 +131,6 @@ def newest_state_header(path: Path) -> dict[str, Any]:
     return json.loads(pa.ipc.open_file(pa.py_buffer(newest.read_bytes())).schema.metadata[STATE_KEY])
 
 
-def forget_the_protocol(path: Path) -> dict[str, Any]:
-    """Make the table's one conversion state look as an earlier release wrote it, without the Delta protocol;
-    returns the protocol action it held."""
-    (state_file,) = (path / "_iceberg" / "metadata").glob("*.state.arrow")
-    table = pa.ipc.open_file(pa.py_buffer(state_file.read_bytes())).read_all()
-    header = json.loads(table.schema.metadata[STATE_KEY])
-    protocol = header.pop("delta_protocol")
-    table = table.replace_schema_metadata({STATE_KEY: json.dumps(header).encode()})
-    with pa.ipc.new_file(str(state_file), table.schema) as out:
-        out.write_table(table)
-    return protocol
-
-
 def rows_of(path: Path | str) -> list[dict[str, Any]]:
     """Every row as deltalake (DataFusion, which implements column mapping) reads it, in a canonical order."""
     data = pa.table(QueryBuilder().register("t", PeerTable(str(path))).execute("select * from t").read_all())

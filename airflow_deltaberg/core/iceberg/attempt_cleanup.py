@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_state
 from airflow_deltaberg.core.iceberg.expire import files_of, used_files
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, metadata_file_version, read_metadata
@@ -98,7 +98,10 @@ def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, name
         except (ValueError, FileNotFoundError):
             continue
         for snapshot in other.snapshots:
-            state = read_state(storage, snapshot.manifest_list)
+            try:
+                state = read_state(storage, snapshot.manifest_list)
+            except ConversionStateError:
+                continue  # as one gone: a state that cannot be read names no file
             if state is not None:
                 keys |= files_of(storage, snapshot.manifest_list, state, seen)
     return keys

@@ -5,12 +5,11 @@ unique per attempt, so a converter that lost a race never overwrites the winner'
 version and its metaData action, and for each manifest of the snapshot its manifest-list row (as fields, and as
 the Avro bytes the manifest list holds), the path range of its files, and a copy of its entries
 (``<manifest>.entries.arrow``, an Arrow IPC file: the columns a later run changes or looks up, and where each entry's
-row starts in the manifest, whose bytes give the stats back: ``manifest_rows``; earlier versions of this converter
-copied every column, as Arrow or as ``.entries.parquet``, still read). With it, an incremental run reads only the
-commits after the converted version, rewrites only the manifests a removal touches, and copies the rows of the
-manifests it keeps into the new manifest list and state as they are: a commit costs what it changes, not what the
-table holds (``ManifestTable``). Earlier versions kept the state as JSON (``<manifest list>.state.json``), still
-read.
+row starts in the manifest, whose bytes give the stats back: ``manifest_rows``). With it, an incremental run reads
+only the commits after the converted version, rewrites only the manifests a removal touches, and copies the rows of
+the manifests it keeps into the new manifest list and state as they are: a commit costs what it changes, not what the
+table holds (``ManifestTable``). A state this code cannot read (ConversionStateError) makes the run a full
+conversion, which writes a new one.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc
-import pyarrow.parquet as pq
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 
@@ -217,8 +215,7 @@ class ConversionState:
     delta_version: int
     delta_metadata: Metadata  # the Delta metaData in force at delta_version
     manifests: ManifestTable
-    # The Delta protocol in force at delta_version; None in states written before it was kept.
-    delta_protocol: Protocol | None = None
+    delta_protocol: Protocol  # the Delta protocol in force at delta_version
 
 
 def data_path_column(content: str | int) -> str:
@@ -228,11 +225,6 @@ def data_path_column(content: str | int) -> str:
 
 def state_key(manifest_list_key: str) -> str:
     return f"{manifest_list_key}.state.arrow"
-
-
-def json_state_key(manifest_list_key: str) -> str:
-    """Where earlier versions of this converter kept the state (as JSON)."""
-    return f"{manifest_list_key}.state.json"
 
 
 def _bytes_to_text(value: bytes | None) -> str | None:
@@ -273,9 +265,8 @@ def write_state(storage: Storage, manifest_list_key: str, state: ConversionState
     """Write the state as an Arrow IPC file: the manifests' rows, and the Delta version, metaData and protocol (JSON) in
     the schema's metadata."""
     about = {"delta_version": state.delta_version, "delta_metadata": state.delta_metadata.to_action(),
-             "list_rows_version": state.manifests.list_rows_version}
-    if state.delta_protocol is not None:
-        about["delta_protocol"] = state.delta_protocol.to_action()
+             "list_rows_version": state.manifests.list_rows_version,
+             "delta_protocol": state.delta_protocol.to_action()}
     table = state.manifests.table.replace_schema_metadata({_STATE_METADATA: json.dumps(about).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as out:
@@ -284,33 +275,25 @@ def write_state(storage: Storage, manifest_list_key: str, state: ConversionState
 
 
 def read_state(storage: Storage, manifest_list: str) -> ConversionState | None:
-    """The state kept beside a snapshot's manifest list (a location under the table), if any."""
+    """The state kept beside a snapshot's manifest list (a location under the table), None if there is none.
+    ConversionStateError when it cannot be read (damaged, or without the header this code writes)."""
     prefix = storage.root.rstrip("/") + "/"
     if not manifest_list.startswith(prefix):
         return None
-    list_key = manifest_list[len(prefix):]
+    key = state_key(manifest_list[len(prefix):])
     try:
-        data = storage.read(state_key(list_key))
-    except FileNotFoundError:
-        return _read_json_state(storage, list_key)
-    table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
-    about = json.loads(table.schema.metadata[_STATE_METADATA])
-    protocol = about.get("delta_protocol")
-    return ConversionState(about["delta_version"], Metadata.from_action(about["delta_metadata"]),
-                           ManifestTable(table.replace_schema_metadata(None), about["list_rows_version"]),
-                           None if protocol is None else Protocol.from_action(protocol))
-
-
-def _read_json_state(storage: Storage, list_key: str) -> ConversionState | None:
-    try:
-        data = json.loads(storage.read(json_state_key(list_key)))
+        data = storage.read(key)
     except FileNotFoundError:
         return None
-    return ConversionState(
-        data["delta_version"],
-        Metadata.from_action(data["delta_metadata"]),
-        ManifestTable.from_records([ManifestRecord.from_json(m) for m in data["manifests"]]),
-    )
+    try:
+        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        about = json.loads((table.schema.metadata or {})[_STATE_METADATA])
+        return ConversionState(about["delta_version"], Metadata.from_action(about["delta_metadata"]),
+                               ManifestTable(table.replace_schema_metadata(None), about["list_rows_version"]),
+                               Protocol.from_action(about["delta_protocol"]))
+    except (pa.ArrowInvalid, ValueError, KeyError, TypeError) as exc:
+        raise ConversionStateError(f"the conversion state {location_text(storage.uri(key))} cannot be read "
+                                   f"({type(exc).__name__}: {exc})") from exc
 
 
 def write_manifest_record(
@@ -358,32 +341,24 @@ def attempt_keys(storage: Storage, attempt: str) -> list[str]:
 
 
 def read_entries(storage: Storage, record: ManifestRecord, *, data_files: bool = True) -> pa.Table:
-    """The entries of a manifest, as ``write_manifest`` takes them again: the columns its copy keeps, and (for
-    copies that keep where each row starts) each entry's data_file bytes up to its tail, read from the manifest
-    (``PREFIX_COLUMN``). Copies written before that keep every column. ``data_files=False``: the copy's columns
-    alone (status, paths, record counts...), without reading the manifest."""
+    """The entries of a manifest, as ``write_manifest`` takes them again: the columns its copy keeps, and each
+    entry's data_file bytes up to its tail, read from the manifest (``PREFIX_COLUMN``). ``data_files=False``: the
+    copy's columns alone (status, paths, record counts...), without reading the manifest."""
     fs, path = storage.arrow_path(record.entries_key)
-    if not record.entries_key.endswith(".parquet"):
-        with storage.typed_errors("read", record.entries_key), fs.open_input_file(path) as source:
-            entries = pa.ipc.open_file(source).read_all()
-        if ROW_START not in entries.column_names:
-            return entries
-        if not data_files:
-            return entries.drop_columns([ROW_START])
-        manifest_key = record.entries_key.removesuffix(".entries.arrow") + ".avro"
-        try:
-            manifest = storage.read(manifest_key)
-        except FileNotFoundError as exc:
-            raise ConversionStateError(f"the manifest {location_text(storage.uri(manifest_key))}, which the "
-                                       "conversion state lists, is gone") from exc
-        return index_entries(entries, manifest, storage.uri(manifest_key))
-    # Parquet copies (earlier versions) have no partition column for an unpartitioned table: Parquet cannot
-    # store a struct without fields.
-    entries = pq.read_table(path, filesystem=fs)
-    if "partition" not in entries.column_names:
-        empty = pa.StructArray.from_buffers(pa.struct([]), entries.num_rows, [None], children=[])
-        entries = entries.add_column(entries.schema.get_field_index("file_format") + 1, "partition", empty)
-    return entries
+    with storage.typed_errors("read", record.entries_key), fs.open_input_file(path) as source:
+        entries = pa.ipc.open_file(source).read_all()
+    if ROW_START not in entries.column_names:
+        raise ConversionStateError(f"the copy of the entries {location_text(storage.uri(record.entries_key))} does "
+                                   "not say where each entry's row starts in its manifest")
+    if not data_files:
+        return entries.drop_columns([ROW_START])
+    manifest_key = record.entries_key.removesuffix(".entries.arrow") + ".avro"
+    try:
+        manifest = storage.read(manifest_key)
+    except FileNotFoundError as exc:
+        raise ConversionStateError(f"the manifest {location_text(storage.uri(manifest_key))}, which the "
+                                   "conversion state lists, is gone") from exc
+    return index_entries(entries, manifest, storage.uri(manifest_key))
 
 
 def with_first_row_ids(entries: pa.Table, manifest_first_row_id: int | None) -> pa.Table:

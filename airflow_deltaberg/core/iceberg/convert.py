@@ -24,7 +24,7 @@ from pyiceberg.table.snapshots import Operation
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot, stats_template
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import refuse_reader_only_features, refuse_unsupported_metadata
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
 from airflow_deltaberg.core.iceberg.attempt_cleanup import remove_abandoned_attempts
 from airflow_deltaberg.core.iceberg.catalog import (
     check_format_version,
@@ -109,11 +109,16 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     return new_tip, int(summary["added-data-files"]), removed_files
 
 
-def _current_state(storage: Storage, published: PublishedMetadata | None) -> ConversionState | None:
+def _current_state(storage: Storage, published: PublishedMetadata | None) -> tuple[ConversionState | None, str | None]:
+    """The current snapshot's conversion state, and why it cannot be read when it cannot (then the run is a full
+    conversion, which writes a new one)."""
     if published is None or published.metadata.current_snapshot_id is None:
-        return None
+        return None, None
     snapshot = published.metadata.snapshot_by_id(published.metadata.current_snapshot_id)
-    return read_state(storage, snapshot.manifest_list) if snapshot else None
+    try:
+        return (read_state(storage, snapshot.manifest_list) if snapshot else None), None
+    except ConversionStateError as exc:
+        return None, str(exc)
 
 
 def convert(
@@ -187,11 +192,12 @@ def convert(
     upgrade = published_format is not None and wanted_format > published_format
     if identifier is not None:
         check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
-    tip = Tip(published, _current_state(table.storage, published), seen_version=history.newest_version)
+    state, unreadable = _current_state(table.storage, published)
+    tip = Tip(published, state, seen_version=history.newest_version)
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
     files_added = files_removed = written = outside = 0
     # Ignored metadata files and a history that cannot be checked against the log are said, and convert in full.
-    fall_back = None if full else history.fall_back
+    fall_back = None if full else history.fall_back or unreadable
     warnings = list(history.warnings)
     new_history: str | None = None
     if published is not None and converted_version == target and not full and not upgrade and fall_back is None:

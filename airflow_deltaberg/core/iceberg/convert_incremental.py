@@ -14,7 +14,7 @@ from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.log_segment import commit_key
-from airflow_deltaberg.core.delta.models import ICT_ENABLED, Protocol
+from airflow_deltaberg.core.delta.models import Protocol
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import (
     refuse_changed_column_id,
@@ -240,17 +240,10 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
     protocols = {version: Protocol.from_action(body) for version, name, body in actions.other_actions
                  if name == "protocol"}  # parsed and checked by table.commits already
     files_added = files_removed = written = outside = 0
-    protocol = tip.state.delta_protocol  # the protocol in force (None: a state of an earlier release, not set yet)
+    protocol = tip.state.delta_protocol  # the protocol in force
     metadata_version = None  # the version of the range that set the metaData in force, if one did
     for version in range(start, target_version + 1):
         protocol = protocols.get(version, protocol)
-        if protocol is None and (version in metadata_by_version or metadata.bool_property(ICT_ENABLED)):
-            # Without the protocol in force the new metaData cannot be checked against it (column mapping,
-            # timestamp_ntz), nor told whether in-commit timestamps are on (the property needs the protocol's
-            # feature); the full conversion can, and keeps the protocol in its state for the next run.
-            return Progress(tip, files_added, files_removed, written, outside,
-                            fall_back=f"the conversion state of version {start - 1} does not hold the Delta protocol, "
-                                      f"which version {version} needs")
         if version in metadata_by_version:
             new_metadata = metadata_by_version[version]
             reason = None
@@ -264,7 +257,7 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
             refuse_changed_column_id(metadata, new_metadata, table=table.location, version=version,
                                      file=commit_range.files.get(version))
             metadata, metadata_version = new_metadata, version
-        if protocol is not None and (version in protocols or version in metadata_by_version):
+        if version in protocols or version in metadata_by_version:
             refuse_reader_only_features(protocol, table=table.location, version=version,
                                         file=commit_range.files.get(version))
             refuse_unsupported_metadata(protocol, metadata, table=table.location, version=version,
@@ -274,8 +267,7 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
         removes = rows.filter(pc.invert(rows.column("is_add")))
         refuse_missing_partition_values(adds, metadata, table.location, commit_range.files.__getitem__)
         outside += files_outside_table(adds, table.location).count
-        timestamp = (commit_range.entries[version].mtime_ms if protocol is None
-                     else table.commit_timestamp(commit_range, version, protocol, metadata, metadata_version))
+        timestamp = table.commit_timestamp(commit_range, version, protocol, metadata, metadata_version)
         plan = plan_snapshot(table, tip, metadata, protocol, version, timestamp, storage_options, format_version,
                              table_properties)
         try:

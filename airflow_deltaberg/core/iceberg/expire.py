@@ -17,10 +17,9 @@ import pyarrow.compute as pc
 from pyiceberg.table.metadata import MetadataLogEntry
 from pyiceberg.table.snapshots import Snapshot
 
-from airflow_deltaberg.core.errors import DeltabergError
+from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ConversionState,
-    json_state_key,
     read_entries,
     read_state,
     state_key,
@@ -71,8 +70,7 @@ def files_of(storage: Storage, manifest_list: str, state: ConversionState, seen:
     list_key = metadata_folder_key(storage, manifest_list)
     keys = set()
     if list_key:
-        # The state is Arrow, or JSON when an earlier version of this converter wrote the snapshot.
-        keys = {list_key, *(k for k in (state_key(list_key), json_state_key(list_key)) if storage.exists(k))}
+        keys = {list_key, state_key(list_key)}
     for record in state.manifests:
         if record.entries_key in seen:
             continue
@@ -88,12 +86,16 @@ def files_of(storage: Storage, manifest_list: str, state: ConversionState, seen:
 
 
 def used_files(storage: Storage, metadata: TableMetadata, snapshot_ids: Iterable[int]) -> set[str] | None:
-    """Files the snapshots use; None if a snapshot's conversion state is missing (then its files are unknown)."""
+    """Files the snapshots use; None if a snapshot's conversion state is missing or unreadable (then its files are
+    unknown)."""
     keys: set[str] = set()
     seen: set[str] = set()  # snapshots share most manifests: each one's entries are read once
     for snapshot_id in snapshot_ids:
         snap = metadata.snapshot_by_id(snapshot_id)
-        state = read_state(storage, snap.manifest_list) if snap else None
+        try:
+            state = read_state(storage, snap.manifest_list) if snap else None
+        except ConversionStateError:
+            return None
         if snap is None or state is None:
             return None
         keys |= files_of(storage, snap.manifest_list, state, seen)

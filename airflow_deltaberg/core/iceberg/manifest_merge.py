@@ -40,7 +40,7 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
     write_manifest_record,
 )
 from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS, SnapshotPlan, two_at_a_time
-from airflow_deltaberg.core.iceberg.manifest import PREFIX_COLUMN, STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING
+from airflow_deltaberg.core.iceberg.manifest import STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING
 from airflow_deltaberg.core.iceberg.publish import metadata_folder_key
 from airflow_deltaberg.core.iceberg.table_properties import (
     MERGE_ENABLED,
@@ -140,13 +140,11 @@ def merge_manifests(storage: Storage, manifests: ManifestTable, plan: SnapshotPl
 
 def _merged(storage: Storage, records: list[ManifestRecord], plan: SnapshotPlan) -> ManifestRecord | None:
     """One manifest holding the entries of ``records`` as Iceberg's merge keeps them; None when their entry copies
-    cannot be joined (copies of earlier releases without the manifests' row bytes): then they stay as they are."""
+    cannot be joined: then they stay as they are."""
     content = records[0].info.content
     tables = []
     for record in records:
         entries = read_entries(storage, record)
-        if PREFIX_COLUMN not in entries.column_names:
-            return None
         if plan.format_version >= 3 and content == 0:
             entries = with_first_row_ids(entries, record.info.first_row_id)  # each file keeps its row ids
         tables.append(_inherited(entries, record))

@@ -143,8 +143,6 @@ def build_metadata(
     snapshot_log.append(SnapshotLogEntry(snapshot_id=snapshot_id, timestamp_ms=timestamp_ms))
     merged_properties: dict[str, Any] = dict(previous.properties) if previous else {}
     merged_properties.update(properties)
-    # Reserved by Iceberg (the metadata's own field says it); earlier versions of this converter stored "2" here.
-    merged_properties.pop("format-version", None)
     merged_properties[DELTA_VERSION] = str(snapshot.delta_version)
     merged_properties[DELTA_TIMESTAMP] = str(snapshot.delta_timestamp_ms)
     merged_properties[DELTA_TABLE_ID] = delta_table_id

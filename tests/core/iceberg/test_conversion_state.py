@@ -1,7 +1,5 @@
-"""The conversion state beside each manifest list: an Arrow IPC file (earlier versions of the converter wrote
-JSON, still read), naming Arrow copies of manifest entries that are Arrow IPC files (copies written as Parquet by
-earlier versions, and copies of every column, stats included, are still read), so an incremental run on a table
-converted by them rewrites the manifests a removal touches as before."""
+"""The conversion state beside each manifest list: an Arrow IPC file naming the Arrow IPC copies of its
+manifests' entries; a state that cannot be read makes the run a full conversion."""
 
 from __future__ import annotations
 
@@ -13,20 +11,18 @@ from typing import Any
 import deltalake
 import fastavro
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import StaticTable
 from pyiceberg.types import StructType
+from support.tables import STATE_KEY, newest_state_header
 
 import airflow_deltaberg.core.iceberg.manifest as manifest_module
-from airflow_deltaberg.core.iceberg import conversion_state
+from airflow_deltaberg.core.errors import ConversionStateError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
     ManifestTable,
-    json_state_key,
-    read_entries,
     read_state,
     state_key,
 )
@@ -50,86 +46,50 @@ def _ids(table: pa.Table) -> list[int]:
     return sorted(table.column("id").to_pylist())
 
 
-def _full_entry_copies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Copies of every entry column, stats included, as versions before the copies kept row starts wrote them."""
-    monkeypatch.setattr(conversion_state, "entries_index", lambda entries, row_starts: entries)
-
-
-def _as_earlier_versions_wrote_it(path: Path) -> int:
-    """Turn the current snapshot's entry copies into Parquet files (without the partition column when it has no
-    fields) and its state into the JSON document earlier versions wrote, naming them; returns how many copies were
-    rewritten."""
+def _current_state_file(path: Path) -> tuple[Path, str]:
+    """The current snapshot's state file and manifest list."""
     storage = open_storage(str(path))
     published = latest_metadata(storage)
     assert published is not None
     manifest_list = published.metadata.snapshot_by_id(published.metadata.current_snapshot_id).manifest_list
-    state = read_state(storage, manifest_list)
-    assert state is not None
-    list_key = manifest_list[len(storage.root) + 1:]
-    manifests = []
-    for record in state.manifests:
-        assert record.entries_key.endswith(".entries.arrow")
-        entries = read_entries(storage, record)
-        assert "lower_bounds" in entries.column_names  # a full copy, as those versions wrote
-        if entries.schema.field("partition").type.num_fields == 0:
-            entries = entries.drop_columns(["partition"])
-        old_key = record.entries_key.removesuffix(".arrow") + ".parquet"
-        pq.write_table(entries, path / old_key)
-        (path / record.entries_key).unlink()
-        manifests.append({**record.to_json(), "entries": old_key})
-    document = {"delta_version": state.delta_version, "delta_metadata": state.delta_metadata.to_action(),
-                "manifests": manifests}
-    (path / json_state_key(list_key)).write_text(json.dumps(document))
-    (path / state_key(list_key)).unlink()
-    return len(state.manifests)
+    return path / state_key(manifest_list[len(storage.root) + 1:]), manifest_list
 
 
-@pytest.mark.parametrize("partitioned", [True, False])
-def test_a_removal_on_a_table_with_parquet_entry_copies(tmp_path: Path, partitioned: bool,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "t"
-    partition_by = ["p"] if partitioned else None
-    write_deltalake(str(path), _rows(0, 6), partition_by=partition_by)
-    write_deltalake(str(path), _rows(10, 6), mode="append", partition_by=partition_by)
-    _full_entry_copies(monkeypatch)
-    convert(str(path))
-    assert _as_earlier_versions_wrote_it(path) >= 1
-    monkeypatch.undo()
-
-    deltalake.DeltaTable(str(path)).delete("id % 3 = 0")
-    result = convert(str(path))
-
-    assert result.mode == "incremental" and result.files_removed > 0
-    table = StaticTable.from_metadata(result.metadata_location)
-    assert _ids(table.scan().to_arrow()) == _ids(deltalake.DeltaTable(str(path)).to_pyarrow_table())
-    # The rewritten manifests got Arrow IPC copies again.
-    storage = open_storage(str(path))
-    state = read_state(storage, table.current_snapshot().manifest_list)
-    assert state is not None
-    assert all(m.entries_key.endswith((".entries.arrow", ".entries.parquet")) for m in state.manifests)
-    assert any(m.entries_key.endswith(".entries.arrow") for m in state.manifests)
+def _without_the_protocol(state_file: Path) -> None:
+    """The state as it would be without the Delta protocol in its header."""
+    table = pa.ipc.open_file(pa.py_buffer(state_file.read_bytes())).read_all()
+    header = json.loads(table.schema.metadata[STATE_KEY])
+    del header["delta_protocol"]
+    table = table.replace_schema_metadata({STATE_KEY: json.dumps(header).encode()})
+    with pa.ipc.new_file(str(state_file), table.schema) as out:
+        out.write_table(table)
 
 
-def test_a_removal_on_a_table_whose_entry_copies_are_zstd_compressed(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Earlier versions compressed the Arrow copies with zstd: a removal rewrites such a manifest from its copy."""
+@pytest.mark.parametrize("damage", ["no protocol", "not arrow"])
+def test_a_state_that_cannot_be_read_makes_a_full_conversion(tmp_path: Path, damage: str) -> None:
+    """The run converts in full, says why (naming the state file), reads as Delta, and writes a state the next
+    run goes on from incrementally."""
     path = tmp_path / "t"
     write_deltalake(str(path), _rows(0, 6), partition_by=["p"])
-    write_deltalake(str(path), _rows(10, 6), mode="append", partition_by=["p"])
-    monkeypatch.setattr(conversion_state, "IPC_OPTIONS", pa.ipc.IpcWriteOptions(compression="zstd"))
-    _full_entry_copies(monkeypatch)
     convert(str(path))
-    copies = list((path / "_iceberg" / "metadata").glob("*.entries.arrow"))
-    assert copies and all(_codec(c) == "ZSTD" for c in copies)
-    monkeypatch.undo()
+    state_file, manifest_list = _current_state_file(path)
+    if damage == "no protocol":
+        _without_the_protocol(state_file)
+    else:
+        state_file.write_bytes(b"{}")
+    with pytest.raises(ConversionStateError, match=state_file.name):
+        read_state(open_storage(str(path)), manifest_list)
+    write_deltalake(str(path), _rows(10, 4), mode="append", partition_by=["p"])
 
-    deltalake.DeltaTable(str(path)).delete("id % 3 = 0")
     result = convert(str(path))
 
-    assert result.mode == "incremental" and result.files_removed > 0
+    assert result.mode == "full" and result.delta_version == 1
+    assert result.fall_back is not None and state_file.name in result.fall_back and "cannot be read" in result.fall_back
     table = StaticTable.from_metadata(result.metadata_location)
     assert _ids(table.scan().to_arrow()) == _ids(deltalake.DeltaTable(str(path)).to_pyarrow_table())
-    assert {_codec(c) for c in (path / "_iceberg" / "metadata").glob("*.entries.arrow") if c not in copies} == {"LZ4"}
+    assert "delta_protocol" in newest_state_header(path)
+    write_deltalake(str(path), _rows(20, 4), mode="append", partition_by=["p"])
+    assert convert(str(path)).mode == "incremental"
 
 
 def test_a_manifest_left_with_deleted_entries_only_is_dropped_from_the_next_snapshot(tmp_path: Path) -> None:
@@ -157,16 +117,6 @@ def test_a_manifest_left_with_deleted_entries_only_is_dropped_from_the_next_snap
         assert _ids(table.scan().to_arrow()) == _ids(delta)
         summary = table.current_snapshot().summary
         assert (summary["total-data-files"], summary["total-records"]) == totals
-
-
-def _codec(copy: Path) -> str:
-    """The codec of an Arrow IPC file's compressed buffers: each starts with its length (8 bytes) and a frame
-    of its codec, whose magic number tells which."""
-    data = copy.read_bytes()
-    found = {name for name, magic in (("LZ4", b"\x04\x22\x4d\x18"), ("ZSTD", b"\x28\xb5\x2f\xfd"))
-             if magic in data}
-    assert len(found) == 1, found
-    return found.pop()
 
 
 # ------------------------------------------------------------------------- rows carried over, not re-encoded

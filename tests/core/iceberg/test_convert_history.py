@@ -18,7 +18,7 @@ from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.delta_log import commit_file, edit_commit
 from support.oracle import delta_rows, rows_of
-from support.tables import forget_the_protocol, iceberg_files
+from support.tables import iceberg_files
 
 from airflow_deltaberg.cli import main as cli_main
 from airflow_deltaberg.core.errors import CorruptLogError
@@ -142,25 +142,6 @@ def test_in_commit_timestamps_going_backwards(tmp_path: Path) -> None:
     assert [s["timestamp-ms"] for s in metadata["snapshots"]] == [ict[0], ict[0]]
     assert_every_snapshot_reads_delta(path, result.metadata_location)
 
-
-
-def test_a_state_without_the_protocol_falls_back_to_full_on_in_commit_timestamps(tmp_path: Path) -> None:
-    """Whether the property turns in-commit timestamps on depends on the protocol: a state of an earlier release,
-    which does not hold it, makes the next commit of such a table a full conversion, which keeps it for the next."""
-    path = tmp_path / "ict"
-    write_deltalake(str(path), _batch(0, 4), partition_by=["label"])
-    write_deltalake(str(path), _batch(4, 2), mode="append", partition_by=["label"])
-    write_deltalake(str(path), _batch(6, 1), mode="append", partition_by=["label"])
-    ict = {0: 1_700_000_000_000, 1: 1_700_000_001_000, 2: 1_700_000_002_000}
-    with_in_commit_timestamps(path, ict)
-    convert(str(path), version=0)
-    assert "inCommitTimestamp" in forget_the_protocol(path)["writerFeatures"]
-    full = convert(str(path), version=1)
-    assert full.mode == "full"
-    assert int(metadata_of(full.metadata_location)["snapshots"][-1]["summary"][DELTA_TIMESTAMP]) == ict[1]
-    incremental = convert(str(path))
-    assert incremental.mode == "incremental"
-    assert int(metadata_of(incremental.metadata_location)["snapshots"][-1]["summary"][DELTA_TIMESTAMP]) == ict[2]
 
 
 @pytest.mark.parametrize("property_on", [False, True])

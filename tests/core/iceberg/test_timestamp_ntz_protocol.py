@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from support.delta_log import append_commit, edit_commit
-from support.tables import forget_the_protocol, iceberg_files, newest_state_header
+from support.tables import iceberg_files
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
@@ -80,20 +80,3 @@ def test_an_incremental_conversion_checks_a_new_schema_against_the_protocol_in_f
     assert iceberg_files(root) == before
 
 
-def test_a_state_without_the_protocol_falls_back_to_a_full_conversion_on_a_schema_change(tmp_path: Path) -> None:
-    """A state written before the protocol was kept: a commit that changes the schema is converted in full (which
-    reads the protocol), both when the change is refused and when it is not."""
-    root = tmp_path / "t"
-    write_deltalake(str(root), pa.table({"id": pa.array([1, 2], pa.int64())}))
-    convert(str(root))
-    assert forget_the_protocol(root) == LEGACY
-    write_deltalake(str(root), pa.table({"id": pa.array([3], pa.int64())}), mode="append")
-    assert convert(str(root)).mode == "incremental"  # no schema change: the state without a protocol serves
-    _add_column(root, "n", "long")
-    result = convert(str(root))
-    assert (result.mode, result.delta_version, result.records) == ("full", 2, 3)
-    assert newest_state_header(root)["delta_protocol"] == LEGACY  # kept for the next run
-    _add_column(root, "at", "timestamp_ntz")
-    with pytest.raises(CorruptLogError, match=REFUSED) as info:
-        convert(str(root))
-    assert info.value.version == 3
