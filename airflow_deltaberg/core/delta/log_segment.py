@@ -100,6 +100,30 @@ class LogListing:
         versions = list(self.commits) + [c.version for c in self.checkpoints]
         return max(versions) if versions else None
 
+    def since(self, start: int) -> LogListing:
+        """What a listing from ``start`` on (``list_log(storage, start)``) gives, taken from this one: every name
+        there begins with its 20-digit version."""
+        return LogListing(
+            commits={v: e for v, e in self.commits.items() if v >= start},
+            checkpoints=[c for c in self.checkpoints if c.version >= start],
+            incomplete_checkpoints={v: f for v, f in self.incomplete_checkpoints.items() if v >= start},
+            compactions=[c for c in self.compactions if c.start >= start],
+            has_any_file=self.has_any_file,
+        )
+
+
+@dataclass(frozen=True)
+class ListedLog:
+    """One listing of the log, from version ``start`` on (0: the whole log): a run lists the log once and takes
+    what later steps need from it (a local folder is read whole however little of it is listed)."""
+
+    listing: LogListing
+    start: int
+
+    def since(self, start: int) -> LogListing | None:
+        """The listing from ``start`` on, None when this one began after it."""
+        return self.listing.since(start) if self.start <= start else None
+
 
 @dataclass(frozen=True)
 class LogSegment:
@@ -145,18 +169,24 @@ def build_log_segment(
     version: int | None = None,
 ) -> LogSegment:
     """The log segment of ``version`` (latest when None)."""
+    return listed_log_segment(storage, table, version)[0]
+
+
+def listed_log_segment(storage: Storage, table: str, version: int | None = None) -> tuple[LogSegment, ListedLog]:
+    """The log segment of ``version`` (latest when None) and the listing it came from."""
     hint = read_last_checkpoint(storage, table)
     listing: LogListing | None = None
+    start = 0
     if hint is not None and (version is None or hint <= version):
-        listing = list_log(storage, hint)
+        listing, start = list_log(storage, hint), hint
         usable = [c for c in listing.checkpoints if version is None or c.version <= version]
         if not usable:
             log.info("%s: the checkpoint of %s (version %d) is not usable; listing the whole log",
                      table, LAST_CHECKPOINT, hint)
-            listing = None
+            listing, start = None, 0
     if listing is None:
         listing = list_log(storage)
-    return _segment_from_listing(storage, table, listing, version)
+    return _segment_from_listing(storage, table, listing, version), ListedLog(listing, start)
 
 
 def _segment_from_listing(storage: Storage, table: str, listing: LogListing, version: int | None) -> LogSegment:

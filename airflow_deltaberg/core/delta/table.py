@@ -13,11 +13,13 @@ from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol
 from airflow_deltaberg.core.delta.checkpoint_actions import holds_struct_stats
 from airflow_deltaberg.core.delta.commit_actions import read_json_actions
 from airflow_deltaberg.core.delta.log_segment import (
+    ListedLog,
     LogListing,
     LogSegment,
     build_log_segment,
     commit_key,
     list_log,
+    listed_log_segment,
 )
 from airflow_deltaberg.core.delta.models import ICT_ENABLED, ICT_FEATURES, ICT_VERSION, Metadata, Protocol, is_int
 from airflow_deltaberg.core.delta.paths import refuse_invalid_paths
@@ -96,6 +98,10 @@ class DeltaTable:
     def log_segment(self, version: int | None = None) -> LogSegment:
         """The log files a snapshot at ``version`` (latest when None) reads: one listing of the log."""
         return build_log_segment(self.storage, self.location, version)
+
+    def listed_log_segment(self, version: int | None = None) -> tuple[LogSegment, ListedLog]:
+        """``log_segment`` and the listing it came from, for ``commits`` and others to use rather than list again."""
+        return listed_log_segment(self.storage, self.location, version)
 
     def stats_text_bytes(self, segment: LogSegment) -> int:
         """Bytes of the files of ``segment`` whose stats are JSON text: the commits, and the checkpoint unless its
@@ -231,9 +237,10 @@ class DeltaTable:
     def _commit_file(self, version: int) -> str:
         return self.storage.uri(commit_key(version))
 
-    def commits(self, start: int, end: int | None = None) -> CommitRange:
-        """The actions of commits ``start``..``end`` (inclusive; ``end`` defaults to the latest)."""
-        listing = list_log(self.storage, start)
+    def commits(self, start: int, end: int | None = None, *, listed: ListedLog | None = None) -> CommitRange:
+        """The actions of commits ``start``..``end`` (inclusive; ``end`` defaults to the latest); the log is listed
+        unless ``listed`` (this run's listing) covers ``start``."""
+        listing = (listed.since(start) if listed is not None else None) or list_log(self.storage, start)
         latest = listing.latest_version
         if latest is None and not list_log(self.storage).commits:
             self.latest_version()  # raises NotADeltaTableError (or the error the log calls for)

@@ -178,7 +178,7 @@ def convert(
     check_table_properties(table_properties or {}, table=table.location)
     table.storage.check_folder(METADATA_DIR)  # a file in the way: refused before anything is written
     # The latest version's log segment is the one a full conversion reads: the log is listed once.
-    segment = table.log_segment() if version is None else None
+    segment, listed = table.listed_log_segment() if version is None else (None, None)
     target = segment.version if segment is not None else version
     history = adopted_history(table.storage, target, table.latest_version)
     published = history.published
@@ -211,7 +211,7 @@ def convert(
                          table.location, published_format, wanted_format)
         else:
             progress = convert_incremental(table, tip, target, storage_options, verify_stats=verify_stats,
-                                           strict=strict, table_properties=table_properties)
+                                           strict=strict, table_properties=table_properties, listed=listed)
             if progress.fall_back is None:
                 tip, files_added, files_removed = progress.tip, progress.files_added, progress.files_removed
                 warnings += progress.warnings
@@ -250,7 +250,8 @@ def convert(
     expiry = expire_history(table, tip.published, configuration=tip.state.delta_metadata.configuration
                             if tip.state else {}, retain_snapshots=retain_snapshots,
                             max_snapshot_age_ms=max_snapshot_age_ms, now_ms=int(time.time() * 1000),
-                            version=tip.next_version)  # above a metadata file this run ignored
+                            version=tip.next_version,  # above a metadata file this run ignored
+                            listed=listed)
     tip = Tip(expiry.published or tip.published, tip.state)
     # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
     ensure_version_hint(table.storage, tip.published.version)

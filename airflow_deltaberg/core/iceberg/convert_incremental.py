@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.log_segment import ListedLog, commit_key
 from airflow_deltaberg.core.delta.models import Protocol
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.replay import (
@@ -207,17 +207,19 @@ def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: Sn
 def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
                         storage_options: Mapping[str, Any] | None = None, *,
                         verify_stats: bool = False, strict: bool = False,
-                        table_properties: Mapping[str, str] | None = None) -> Progress:
+                        table_properties: Mapping[str, str] | None = None,
+                        listed: ListedLog | None = None) -> Progress:
     """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; a progress
     with ``fall_back`` when the commits or the conversion state are not available. ``verify_stats``: the added
     files' stats are checked against their footers before the first snapshot is written. ``strict``: added files
-    Iceberg readers misread are refused then too (``core.iceberg.misread``), else they are warned about."""
+    Iceberg readers misread are refused then too (``core.iceberg.misread``), else they are warned about. ``listed``:
+    this run's listing of the log, used when it covers the commits."""
     if tip.state is None or tip.published is None:
         return Progress(tip, fall_back="no conversion state next to the current Iceberg snapshot")
     format_version = tip.published.metadata.format_version  # another one is reached by a full conversion
     start = tip.state.delta_version + 1
     try:
-        commit_range = table.commits(start, target_version)
+        commit_range = table.commits(start, target_version, listed=listed)
     except VersionNotFoundError as exc:
         return Progress(tip, fall_back=f"the commits after version {start - 1} are gone ({exc})")
     actions = commit_range.actions

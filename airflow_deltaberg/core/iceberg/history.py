@@ -28,7 +28,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.file_footer import data_file_location, data_file_storage
-from airflow_deltaberg.core.delta.log_segment import LogListing, list_log
+from airflow_deltaberg.core.delta.log_segment import ListedLog, LogListing, list_log
 from airflow_deltaberg.core.delta.retention import DEFAULT_LOG_RETENTION_MS, LOG_RETENTION, retention_ms
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.expire import Expiry, expire_snapshot_ids, snapshots_to_expire
@@ -108,7 +108,7 @@ def appended_alone(metadata: TableMetadata) -> set[int]:
 
 
 def _vacuumed(table: DeltaTable, metadata: TableMetadata, versions: dict[int, int],
-              current_version: int) -> set[int]:
+              current_version: int, listed: ListedLog | None = None) -> set[int]:
     """Snapshots (of ``versions``: id -> Delta version, older than ``current_version``) that read a data file a
     later commit removed and that is gone. No commit is read when the snapshots say none of them removed a file
     (``appended_alone``): an append-only table costs nothing here."""
@@ -118,7 +118,7 @@ def _vacuumed(table: DeltaTable, metadata: TableMetadata, versions: dict[int, in
     if set(range(start, current_version + 1)) <= appended_alone(metadata):
         return set()
     try:
-        actions = table.commits(start, current_version).actions.file_actions
+        actions = table.commits(start, current_version, listed=listed).actions.file_actions
     except DeltabergError as exc:
         if exc.retryable:
             raise  # a transient store fault says nothing of the files: expiring on it would lose history for good
@@ -160,8 +160,10 @@ def _vacuumed(table: DeltaTable, metadata: TableMetadata, versions: dict[int, in
 
 
 def unreadable_snapshots(table: DeltaTable, metadata: TableMetadata, candidates: set[int],
-                         configuration: Mapping[str, str], now_ms: int) -> dict[int, str]:
-    """The snapshots of ``candidates`` (never the current one) that no longer read as Delta does, with why."""
+                         configuration: Mapping[str, str], now_ms: int,
+                         listed: ListedLog | None = None) -> dict[int, str]:
+    """The snapshots of ``candidates`` (never the current one) that no longer read as Delta does, with why; the log
+    is listed unless ``listed`` (this run's listing) covers their versions."""
     current = metadata.current_snapshot_id
     snapshots = {s.snapshot_id: s for s in metadata.snapshots if s.snapshot_id in candidates and
                  s.snapshot_id != current}
@@ -170,7 +172,8 @@ def unreadable_snapshots(table: DeltaTable, metadata: TableMetadata, candidates:
     if not versions:
         return out
     start = min(versions.values())
-    oldest = oldest_rebuildable(list_log(table.storage, start), start)
+    listing = (listed.since(start) if listed is not None else None) or list_log(table.storage, start)
+    oldest = oldest_rebuildable(listing, start)
     try:
         cutoff = now_ms - retention_ms(configuration, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
     except ValueError:
@@ -188,14 +191,14 @@ def unreadable_snapshots(table: DeltaTable, metadata: TableMetadata, candidates:
     current_version = _delta_version(current_snapshot) if current_snapshot else None
     if current_version is not None:
         left = {sid: v for sid, v in versions.items() if sid not in out and v < current_version}
-        for sid in _vacuumed(table, metadata, left, current_version):
+        for sid in _vacuumed(table, metadata, left, current_version, listed):
             out[sid] = "a data file it reads was removed by VACUUM"
     return out
 
 
 def expire_history(table: DeltaTable, published: PublishedMetadata, *, configuration: Mapping[str, str],
                    retain_snapshots: int | None, max_snapshot_age_ms: int | None, now_ms: int,
-                   version: int | None = None) -> Expiry:
+                   version: int | None = None, listed: ListedLog | None = None) -> Expiry:
     """Expire what the bounds drop and every snapshot that no longer reads (module docstring); new metadata is
     published as ``version`` (by default the one after ``published``)."""
     metadata = published.metadata
@@ -205,7 +208,7 @@ def expire_history(table: DeltaTable, published: PublishedMetadata, *, configura
     if len(metadata.snapshots) <= rules.retain_last + rules.slack:
         expired = set()
     kept = {s.snapshot_id for s in metadata.snapshots} - expired
-    unreadable = unreadable_snapshots(table, metadata, kept, configuration, now_ms)
+    unreadable = unreadable_snapshots(table, metadata, kept, configuration, now_ms, listed)
     for reason in sorted(set(unreadable.values())):
         log.info("%s: %d Iceberg snapshots expire: %s", table.location,
                  sum(1 for r in unreadable.values() if r == reason), reason)

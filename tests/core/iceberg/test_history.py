@@ -200,9 +200,9 @@ def test_an_append_only_history_reads_no_commit_for_the_vacuum_check(tmp_path: P
     read: list[tuple[int, int | None]] = []
     commits = DeltaTable.commits
 
-    def counting(self: DeltaTable, start: int, end: int | None = None) -> Any:
+    def counting(self: DeltaTable, start: int, end: int | None = None, **kwargs: Any) -> Any:
         read.append((start, end))
-        return commits(self, start, end)
+        return commits(self, start, end, **kwargs)
 
     monkeypatch.setattr(DeltaTable, "commits", counting)
     assert convert(str(path)).mode == "up-to-date" and read == []
@@ -288,7 +288,7 @@ def test_a_transient_store_fault_in_the_vacuum_check_expires_nothing(tmp_path: P
     deltalake.DeltaTable(str(path)).delete("id = 0")
     before = convert(str(path))
 
-    def stalled(self: DeltaTable, start: int, end: int | None = None) -> Any:
+    def stalled(self: DeltaTable, start: int, end: int | None = None, **kwargs: Any) -> Any:
         raise StorageTimeoutError(f"{path}: reading commit {start}: the store did not answer")
 
     monkeypatch.setattr(DeltaTable, "commits", stalled)
