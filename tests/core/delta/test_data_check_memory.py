@@ -57,7 +57,7 @@ def bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 _RUN = """
-import json, resource, sys
+import json, sys
 import pyarrow as pa
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.iceberg.convert import convert
@@ -72,8 +72,10 @@ for name in ("jemalloc_memory_pool", "mimalloc_memory_pool"):  # convert reads u
         pools.append(getattr(pa, name)())
     except NotImplementedError:
         pass
-print(json.dumps({"outcome": outcome, "pool_peak": max(p.max_memory() for p in pools),
-                  "maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across execve, so a process started by a big pytest worker reports
+# at least the worker's peak; VmHWM is this process's own address space's.
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"outcome": outcome, "pool_peak": max(p.max_memory() for p in pools), "maxrss": hwm * 1024}))
 """
 
 
