@@ -263,7 +263,7 @@ def convert_schema(
         schema = Schema(*fields, schema_id=schema_id)
     except ValueError as exc:  # e.g. a column named "s.x" next to struct s with field x: ambiguous for Iceberg
         raise UnsupportedTypeError(f"the schema has no valid Iceberg form: {exc} (table {table})") from exc
-    last = max([start, ids.next_id, *[fid for fid in _all_ids(schema.as_struct())]])
+    last = max([start, ids.next_id, *[fid for fid in field_ids(schema.as_struct())]])
     return ConvertedSchema(schema, NameMapping(mappings), last, {**_metrics_modes(schema), **_read_properties(schema)})
 
 
@@ -276,7 +276,7 @@ def _read_properties(schema: Schema) -> dict[str, str]:
     in Parquet's shredded layout, which Iceberg Java 1.12's row reader reads as written but its vectorized
     reader, Spark's default, refuses ("Unsupported variant: shredded typed_value primitive"). A table may start
     shredding at any later commit, so every table with a variant gets the property."""
-    if any(isinstance(schema.find_type(i), VariantType) for i in _all_ids(schema.as_struct())):
+    if any(isinstance(schema.find_type(i), VariantType) for i in field_ids(schema.as_struct())):
         return {VECTORIZATION_PROPERTY: "false"}
     return {}
 
@@ -287,25 +287,26 @@ def _metrics_modes(schema: Schema) -> dict[str, str]:
     min()/max() from the bounds (aggregate push-down) unless the column's metrics mode says they are not exact.
     The bounds stay in the manifests, so scans still prune with them."""
     modes = {}
-    for field_id in _all_ids(schema.as_struct()):
+    for field_id in field_ids(schema.as_struct()):
         if isinstance(schema.find_type(field_id), it.TimestampType | it.TimestamptzType):
             modes[METRICS_MODE_PROPERTY.format(schema.find_column_name(field_id))] = "counts"
     return modes
 
 
-def _all_ids(t: it.IcebergType) -> Iterator[int]:
+def field_ids(t: it.IcebergType) -> Iterator[int]:
+    """Every field id of a type, nested ones included."""
     if isinstance(t, it.StructType):
         for f in t.fields:
             yield f.field_id
-            yield from _all_ids(f.field_type)
+            yield from field_ids(f.field_type)
     elif isinstance(t, it.ListType):
         yield t.element_id
-        yield from _all_ids(t.element_type)
+        yield from field_ids(t.element_type)
     elif isinstance(t, it.MapType):
         yield t.key_id
         yield t.value_id
-        yield from _all_ids(t.key_type)
-        yield from _all_ids(t.value_type)
+        yield from field_ids(t.key_type)
+        yield from field_ids(t.value_type)
 
 
 def _names(field: StructField, mapped: bool) -> list[str]:

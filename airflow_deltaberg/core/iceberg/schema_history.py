@@ -13,27 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from pyiceberg import types as it
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import MappedField, NameMapping, parse_mapping_from_json
 
-from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY
+from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY, field_ids
 from airflow_deltaberg.core.iceberg.table_metadata import TableMetadata
-
-
-def schema_ids(t: it.IcebergType) -> Iterator[int]:
-    """Every field id of a type, nested ones included."""
-    if isinstance(t, it.StructType):
-        for f in t.fields:
-            yield f.field_id
-            yield from schema_ids(f.field_type)
-    elif isinstance(t, it.ListType):
-        yield t.element_id
-        yield from schema_ids(t.element_type)
-    elif isinstance(t, it.MapType):
-        yield from (t.key_id, t.value_id)
-        yield from schema_ids(t.key_type)
-        yield from schema_ids(t.value_type)
 
 
 def retained_schemas(metadata: TableMetadata) -> list[Schema]:
@@ -80,9 +64,9 @@ def history_name_mapping(current: NameMapping, previous: TableMetadata | None,
     earlier = table_name_mapping(previous) if previous is not None else None
     if earlier is None:
         return current
-    keep = set(schema_ids(new_schema.as_struct()))
+    keep = set(field_ids(new_schema.as_struct()))
     for schema in retained_schemas(previous):
-        keep.update(schema_ids(schema.as_struct()))
+        keep.update(field_ids(schema.as_struct()))
     return NameMapping(_merged(list(current), list(earlier), keep))
 
 
@@ -100,5 +84,5 @@ def conflicting_schemas(metadata: TableMetadata, snapshot_ids: set[int]) -> set[
     if mapping is None:
         return set()
     mapped = set(_mapped_ids(mapping))
-    unmapped = {s.schema_id for s in metadata.schemas if not set(schema_ids(s.as_struct())) <= mapped}
+    unmapped = {s.schema_id for s in metadata.schemas if not set(field_ids(s.as_struct())) <= mapped}
     return {s.snapshot_id for s in metadata.snapshots if s.snapshot_id in snapshot_ids and s.schema_id in unmapped}
