@@ -73,7 +73,7 @@ from airflow_deltaberg.core.errors import (
     DeltabergError,
 )
 from airflow_deltaberg.core.iceberg.publish import metadata_file_version
-from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TABLE_ID, DELTA_VERSION
 from airflow_deltaberg.core.iceberg.table_properties import DELETE_AFTER_COMMIT
 from airflow_deltaberg.core.redact import location_text
 
@@ -162,6 +162,37 @@ def check_format_version(name: str, config: Mapping[str, Any] | None, format_ver
             f"have pyiceberg write the table metadata, and pyiceberg {pyiceberg.__version__} writes no v3 metadata; "
             "use the SQL catalog (pointer moves) or a REST catalog, or format version 2"
         )
+
+
+def check_catalog_target(catalog: Catalog, identifier: str | tuple[str, ...], table_uuid: str, *, table: str,
+                         delta_table_id: str | None) -> None:
+    """Raise CatalogError, before a conversion writes anything, when ``point_catalog`` could not move
+    ``identifier`` to metadata of Iceberg table ``table_uuid`` (Delta table ``delta_table_id`` at ``table``): a
+    catalog that commits updates holds it as another table (a Delta table written again at the same path starts a
+    new Iceberg history, ``table_identity``), and cannot re-point an identifier to another table uuid. The SQL
+    catalog's pointer moves onto any table, and an identifier the catalog does not hold is registered."""
+    if commit_mode(catalog) == "pointer":
+        return
+    ident = Catalog.identifier_to_tuple(identifier)
+    try:
+        if not catalog.table_exists(ident):
+            return
+        current = catalog.load_table(ident).metadata
+    except Exception as exc:  # noqa: BLE001 - the catalog's own errors, wrapped with what was attempted
+        raise CatalogError(f"catalog {catalog.name!r}: looking up {'.'.join(ident)} failed: "
+                           f"{type(exc).__name__}: {exc}") from exc
+    if str(current.table_uuid) == table_uuid:
+        return
+    name = ".".join(ident)
+    held = current.properties.get(DELTA_TABLE_ID)
+    held_text = f"Delta table {held}" if held else "not converted from a Delta table by deltaberg"
+    raise CatalogError(
+        f"catalog {catalog.name!r} holds {name} as Iceberg table {current.table_uuid} ({held_text}); the conversion "
+        f"of {location_text(table)} publishes Iceberg table {table_uuid} (Delta table {delta_table_id or 'unknown'}: "
+        f"a new Iceberg history), and a {type(catalog).__name__} commit cannot re-point an identifier to another "
+        f"table; nothing was written. To serve the new history under {name}, drop {name} from the catalog (its "
+        "metadata files stay) and convert again; or convert with another identifier"
+    )
 
 
 def point_catalog(catalog: Catalog, identifier: str | tuple[str, ...], metadata_location: str) -> None:

@@ -27,6 +27,7 @@ from airflow_deltaberg.core.delta.replay import refuse_reader_only_features, ref
 from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
 from airflow_deltaberg.core.iceberg.attempt_cleanup import remove_abandoned_attempts
 from airflow_deltaberg.core.iceberg.catalog import (
+    check_catalog_target,
     check_format_version,
     check_identifier,
     open_catalog,
@@ -48,7 +49,7 @@ from airflow_deltaberg.core.iceberg.publish import (
     ensure_version_hint,
 )
 from airflow_deltaberg.core.iceberg.table_identity import adopted_history, history_for
-from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TABLE_ID, DELTA_VERSION, table_uuid_for
 from airflow_deltaberg.core.iceberg.table_properties import check_table_properties
 from airflow_deltaberg.core.iceberg.verify_stats import verify_snapshot_stats
 from airflow_deltaberg.core.memory_pool import large_buffer_pool
@@ -190,8 +191,16 @@ def convert(
         raise DeltabergError(f"{table.location}: the Iceberg table has format version {published_format}, which "
                              f"cannot go back to {wanted_format}")
     upgrade = published_format is not None and wanted_format > published_format
+    catalog = None
     if identifier is not None:
         check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
+        catalog = open_catalog(catalog_name, catalog_config)
+
+    def check_catalog(table_uuid: str, delta_table_id: str | None) -> None:
+        """Before a write: can the catalog be pointed to metadata of ``table_uuid``?"""
+        if catalog is not None and identifier is not None:
+            check_catalog_target(catalog, identifier, table_uuid, table=table.location, delta_table_id=delta_table_id)
+
     state, unreadable = _current_state(table.storage, published)
     tip = Tip(published, state, seen_version=history.newest_version)
     converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
@@ -200,6 +209,8 @@ def convert(
     fall_back = None if full else history.fall_back or unreadable
     warnings = list(history.warnings)
     new_history: str | None = None
+    if published is not None:  # an incremental run, expiry and an up-to-date run publish onto its table
+        check_catalog(str(published.metadata.table_uuid), published.metadata.properties.get(DELTA_TABLE_ID))
     if published is not None and converted_version == target and not full and not upgrade and fall_back is None:
         mode = "up-to-date"
     else:
@@ -230,6 +241,8 @@ def convert(
                 snapshot = table.snapshot(segment=segment)
                 # Another Delta table (or history) than the tip's starts a new Iceberg history.
                 tip, new_history = history_for(tip, snapshot.metadata.id, history)
+                if new_history is not None or tip.published is None:
+                    check_catalog(table_uuid_for(snapshot.metadata.id), snapshot.metadata.id)
                 if new_history is not None:
                     warnings.append(new_history)
                 outside = files_outside_table(snapshot.state.adds, table.location).count
@@ -255,8 +268,8 @@ def convert(
     tip = Tip(expiry.published or tip.published, tip.state)
     # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
     ensure_version_hint(table.storage, tip.published.version)
-    if identifier is not None:
-        point_catalog(open_catalog(catalog_name, catalog_config), identifier, tip.published.location)
+    if catalog is not None:
+        point_catalog(catalog, identifier, tip.published.location)
     # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
     # metadata files that fell out of the metadata log.
     delete_expired_files(table.storage, expiry)

@@ -10,6 +10,7 @@ compared with deltalake's (int64 and string columns only: sorting is the only no
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from airflow_deltaberg.core.errors import CatalogError, ConcurrentConversionErro
 from airflow_deltaberg.core.iceberg import convert_commit
 from airflow_deltaberg.core.iceberg.catalog import COMMIT_MODE_PROPERTY, commit_mode, open_catalog, point_catalog
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
+from airflow_deltaberg.core.iceberg.table_metadata import table_uuid_for
 
 CATALOG_NAME = "deltaberg"
 UPDATE_CATALOGS = ["rest", "sql-updates"]
@@ -354,3 +356,56 @@ def test_v3_refused_before_anything_is_written_where_pyiceberg_writes_the_metada
         run(path, config, "ns.events", format_version=3)
     assert not (path / "_iceberg").exists()
     assert run(path, config, "ns.events").metadata_location.endswith("v1.metadata.json")  # v2 goes through
+
+
+# ------------------------------------------------------------------------------- a new history (table recreated)
+
+
+def recreate_table(path: Path) -> None:
+    """Delete the Delta table (its log and data files; ``_iceberg`` stays) and write another one at the path."""
+    shutil.rmtree(path / "_delta_log")
+    for data in path.rglob("*.parquet"):
+        if "_iceberg" not in data.parts:
+            data.unlink()
+    write_deltalake(str(path), batch(100, 5), partition_by=["label"])
+
+
+def iceberg_files(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_size for p in (path / "_iceberg").rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", [*UPDATE_CATALOGS, "sql-pointer"])
+def test_new_history_is_decided_with_the_catalog_before_anything_is_written(
+        kind: str, identifier: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A catalog that commits updates cannot re-point an identifier to another table uuid: the run refuses before
+    it writes any file (naming the identifier, both tables and what to do), and once the entry is dropped the next
+    run registers the new history. The SQL catalog's pointer moves onto it."""
+    config = catalog_config_for(kind, request, tmp_path)
+    path = make_table(tmp_path)
+    first = run(path, config, identifier)
+    old_uuid = str(load(config, identifier).metadata.table_uuid)
+    old_id = deltalake.DeltaTable(str(path)).metadata().id
+    recreate_table(path)
+    new_id = deltalake.DeltaTable(str(path)).metadata().id
+    new_uuid = table_uuid_for(new_id)
+    if kind == "sql-pointer":
+        result = run(path, config, identifier)
+        assert load(config, identifier).metadata_location == result.metadata_location
+        assert str(load(config, identifier).metadata.table_uuid) == new_uuid
+        assert catalog_rows(config, identifier) == delta_rows(path)
+        return
+    before = iceberg_files(path)
+    with pytest.raises(CatalogError) as refused:
+        run(path, config, identifier)
+    message = str(refused.value)
+    for part in (identifier, old_uuid, old_id, new_uuid, new_id, "nothing was written", "drop"):
+        assert part in message, (part, message)
+    # Nothing half-written: no file under _iceberg changed, the catalog still serves the old table.
+    assert iceberg_files(path) == before
+    assert load(config, identifier).metadata_location == first.metadata_location
+    # What the message says to do works: drop the entry (the files stay), convert again.
+    open_catalog(CATALOG_NAME, config).drop_table(identifier)
+    result = run(path, config, identifier)
+    assert result.mode == "full" and any(old_id in w and new_id in w for w in result.warnings)
+    assert str(load(config, identifier).metadata.table_uuid) == new_uuid
+    assert catalog_rows(config, identifier) == delta_rows(path)
