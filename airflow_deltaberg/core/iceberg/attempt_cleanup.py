@@ -7,10 +7,12 @@ conversion state (``snap-<id>-1-<attempt>.avro...``). A failed attempt deletes i
 snapshot of the table uses them and the attempt's newest file is older than the table property
 ``deltaberg.cleanup.attempt-age-ms`` (default 1 hour; looked for once in ten snapshots written): an attempt that is
 still running writes a file every few seconds to minutes (a manifest group, a spill file), so one silent for an hour
-is gone. Files that a snapshot of
-any metadata file in the folder uses stay (earlier metadata versions, the history of a table deleted and written
-again at the same path); that check reads those files, and runs only when such candidates are left.
-Content-addressed delete files are left alone: their names hold no attempt, and another run may use the same ones.
+is gone. Files that a snapshot of any other metadata file in the folder uses stay (earlier metadata versions, a
+newer one a concurrent run published); that check reads those files, and runs only when such candidates are left.
+The metadata files of an earlier history (the table was deleted and written again at the same path) count only
+until the current history is older than the same threshold (``earlier_histories``): then they are deleted too, and
+so are the files only they used. Content-addressed delete files are left alone: their names hold no attempt, and
+another run may use the same ones.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ import re
 
 from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_state
+from airflow_deltaberg.core.iceberg.earlier_histories import (
+    earlier_histories_expired,
+    earlier_history_left,
+    earlier_metadata_files,
+)
 from airflow_deltaberg.core.iceberg.expire import files_of, used_files
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR, PublishedMetadata, metadata_file_version, read_metadata
 from airflow_deltaberg.core.iceberg.table_properties import ATTEMPT_AGE
@@ -53,6 +60,7 @@ def abandoned_attempt_files(storage: Storage, published: PublishedMetadata, stat
     snapshot of ``published`` uses (``state``: its current snapshot's conversion state). Empty when a snapshot's
     state is missing (its files cannot be known)."""
     cutoff = now_ms - (attempt_age_ms(published) if older_than_ms is None else older_than_ms)
+    first_version = earlier_histories_expired(published, cutoff, table=storage.root)
     metadata = published.metadata
     listed = {attempt_of(s.manifest_list.rsplit("/", 1)[-1]) for s in metadata.snapshots}
     by_attempt: dict[str, list[FileEntry]] = {}
@@ -62,6 +70,8 @@ def abandoned_attempt_files(storage: Storage, published: PublishedMetadata, stat
         if attempt is not None and attempt not in listed:
             by_attempt.setdefault(attempt, []).append(entry)
     candidates = {e.key for files in by_attempt.values() if max(f.mtime_ms for f in files) < cutoff for e in files}
+    earlier = earlier_metadata_files(listing, first_version, published) if first_version is not None else set()
+    candidates |= earlier
     current = metadata.snapshot_by_id(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
     if candidates and current is not None and state is not None:
         # The current snapshot uses most files still around (manifests of attempts whose snapshots expired).
@@ -76,18 +86,20 @@ def abandoned_attempt_files(storage: Storage, published: PublishedMetadata, stat
     if candidates:
         # Snapshots of the other metadata files (earlier versions, an earlier history of the table) may still be
         # read through them.
-        candidates -= _used_by_other_metadata(storage, published, [e.name for e in listing])
-    return sorted(candidates)
+        candidates -= _used_by_other_metadata(storage, published, [e.name for e in listing], first_version or 0)
+    # Metadata files first: a crash part way leaves no metadata file naming a file already deleted.
+    return sorted(candidates, key=lambda key: (key not in earlier, key))
 
 
-def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, names: list[str]) -> set[str]:
-    """Files used by the snapshots of the folder's other metadata files whose conversion state is still there (an
-    expired snapshot's state goes with its own files)."""
+def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, names: list[str],
+                            first_version: int) -> set[str]:
+    """Files used by the snapshots of the folder's other metadata files numbered from ``first_version`` on whose
+    conversion state is still there (an expired snapshot's state goes with its own files)."""
     keys: set[str] = set()
     seen: set[str] = set()
     for name in names:
         version = metadata_file_version(name)
-        if version is None or version == published.version:
+        if version is None or version == published.version or version < first_version:
             continue
         try:
             other = read_metadata(storage, version).metadata
@@ -108,18 +120,22 @@ def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, name
 
 
 #: The cleanup runs when the table's sequence number is a multiple of this (once in ten snapshots written): killed
-#: attempts are rare, and the folder's listing costs a run of a table with many snapshots ~5 ms.
+#: attempts are rare, and the folder's listing costs a run of a table with many snapshots ~5 ms. An earlier history
+#: waiting to go costs one existence check a run instead.
 CLEANUP_EVERY = 10
 
 
 def remove_abandoned_attempts(storage: Storage, published: PublishedMetadata, state: ConversionState | None,
                               now_ms: int) -> int:
-    """Delete ``abandoned_attempt_files`` once in ``CLEANUP_EVERY`` snapshots; returns how many."""
-    if published.metadata.last_sequence_number % CLEANUP_EVERY:
+    """Delete ``abandoned_attempt_files`` once in ``CLEANUP_EVERY`` snapshots, and at every run while an earlier
+    history's files wait to go (a table written again often may never reach ten snapshots); returns how many."""
+    if (published.metadata.last_sequence_number % CLEANUP_EVERY
+            and not earlier_history_left(storage, published, now_ms - attempt_age_ms(published), table=storage.root)):
         return 0
     keys = abandoned_attempt_files(storage, published, state, now_ms)
     for key in keys:
         storage.delete(key)
     if keys:
-        log.info("%s: deleted %d files of conversion attempts that never published", storage.root, len(keys))
+        log.info("%s: deleted %d files of conversion attempts that never published or of earlier Iceberg histories",
+                 storage.root, len(keys))
     return len(keys)

@@ -240,7 +240,8 @@ def convert(
             with large_buffer_pool():
                 snapshot = table.snapshot(segment=segment)
                 # Another Delta table (or history) than the tip's starts a new Iceberg history.
-                tip, new_history = history_for(tip, snapshot.metadata.id, history)
+                tip, new_history, history_start = history_for(tip, snapshot.metadata.id, history,
+                                                              int(time.time() * 1000))
                 if new_history is not None or tip.published is None:
                     check_catalog(table_uuid_for(snapshot.metadata.id), snapshot.metadata.id)
                 if new_history is not None:
@@ -257,7 +258,8 @@ def convert(
                                                                storage_options=storage_options,
                                                                manifest_writer=manifest_writer,
                                                                format_version=wanted_format,
-                                                               table_properties=table_properties)
+                                                               table_properties={**(table_properties or {}),
+                                                                                 **history_start})
             written += 1
     assert tip.published is not None
     expiry = expire_history(table, tip.published, configuration=tip.state.delta_metadata.configuration
@@ -273,8 +275,8 @@ def convert(
     # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
     # metadata files that fell out of the metadata log.
     delete_expired_files(table.storage, expiry)
-    # Metadata files of an earlier history stay: a reader may hold a pointer to them (they are named by none of
-    # this history's files); nor is a file this run ignored deleted.
+    # Metadata files of an earlier history are not this history's to drop (the attempt cleanup deletes them once
+    # the new history is old enough, ``earlier_histories``); nor is a file this run ignored deleted.
     same_history = published is not None and new_history is None
     for key in dropped_metadata_files(table.storage, published, tip.published) if same_history else ():
         if key not in history.ignored:

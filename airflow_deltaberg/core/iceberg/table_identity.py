@@ -11,8 +11,9 @@ means a new history: a full conversion that carries none of the old snapshots, u
 numbered above every file in the folder.
 
 A history whose commit (or checkpoint) is gone, e.g. by log cleanup, cannot be checked: it is adopted, and the run
-is a full conversion (``History.unverified``). The old history's files stay (a reader may hold a pointer to them);
-the new history references none of them.
+is a full conversion (``History.unverified``). The new history references none of the old history's files, and
+records when it started: the old files stay until it is older than a threshold (a reader may hold a pointer to
+them), then a later run deletes them (``earlier_histories``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pyiceberg.exceptions import ValidationError
 from airflow_deltaberg.core.delta.log_segment import commit_key, list_log
 from airflow_deltaberg.core.errors import DeltabergError, StorageError
 from airflow_deltaberg.core.iceberg.convert_plan import Tip
+from airflow_deltaberg.core.iceberg.earlier_histories import start_properties
 from airflow_deltaberg.core.iceberg.publish import (
     ICEBERG_DIR,
     PublishedMetadata,
@@ -178,18 +180,22 @@ def _unverified(published: PublishedMetadata, in_log: Callable[[str], str | None
     return None
 
 
-def history_for(tip: Tip, delta_table_id: str, history: History) -> tuple[Tip, str | None]:
-    """The tip a full conversion of Delta table ``delta_table_id`` builds on, and a warning when that is a new
-    history: ``tip`` itself when it holds the same table, else none of its snapshots (numbered on above it)."""
+def history_for(tip: Tip, delta_table_id: str, history: History, now_ms: int) -> tuple[Tip, str | None, dict[str, str]]:
+    """The tip a full conversion of Delta table ``delta_table_id`` builds on, a warning when that is a new history,
+    and the properties that record the new history's start (``earlier_histories``; empty for the same history):
+    ``tip`` itself when it holds the same table, else none of its snapshots (numbered on above it)."""
     if tip.published is None:
         if history.replaced_table_id is None:
-            return tip, None
+            return tip, None, {}
         old = history.replaced_table_id
+        replaced_uuid = table_uuid_for(old)
     else:
         old = tip.published.metadata.properties.get(DELTA_TABLE_ID)
         if old == delta_table_id:
-            return tip, None
+            return tip, None, {}
+        replaced_uuid = str(tip.published.metadata.table_uuid)
         tip = Tip(None, None, seen_version=max(tip.published.version, tip.seen_version))
     what = "the same Delta table id with another history" if old == delta_table_id else f"Delta table {old}"
     return tip, (f"the Iceberg metadata was converted from {what}; the Delta table is now {delta_table_id}: a new "
-                 f"Iceberg history starts (table uuid {table_uuid_for(delta_table_id)}), without the earlier snapshots")
+                 f"Iceberg history starts (table uuid {table_uuid_for(delta_table_id)}), without the earlier "
+                 "snapshots"), start_properties(tip.next_version, replaced_uuid, now_ms)
