@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table.metadata import TableMetadata
 
 from airflow_deltaberg.core.delta import DeltaTable, Metadata
 from airflow_deltaberg.core.delta.models import Protocol
@@ -17,9 +18,12 @@ from airflow_deltaberg.core.iceberg.conversion_state import ConversionState
 from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.publish import PublishedMetadata
-from airflow_deltaberg.core.iceberg.schema import ConvertedSchema, convert_schema
-from airflow_deltaberg.core.iceberg.schema_history import retained_schemas
+from airflow_deltaberg.core.iceberg.schema import CHANGE_TYPE_COLUMN, ConvertedSchema, convert_schema
+from airflow_deltaberg.core.iceberg.schema_history import retained_schemas, table_name_mapping
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_COLUMN_MAPPING_MODE, new_snapshot_id, with_table_ids
+
+#: Delta table property: the change data feed is written (data files may then hold ``_change_type``).
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 
 
 @dataclass
@@ -51,6 +55,13 @@ class Tip:
         return dict(snap.summary.additional_properties) if snap and snap.summary else {}
 
 
+def _maps_change_type(metadata: TableMetadata | None) -> bool:
+    """Whether the name mapping of ``metadata`` maps ``_change_type``: files written while the change data feed was
+    on keep the column after it is turned off."""
+    mapping = table_name_mapping(metadata) if metadata is not None else None
+    return mapping is not None and any(CHANGE_TYPE_COLUMN in m.names for m in mapping)
+
+
 def schema_and_spec(metadata: Metadata, table: str, tip: Tip, format_version: int = 2,
                     version: int | None = None) -> tuple[ConvertedSchema, PartitionSpec]:
     """The Iceberg schema (with its name mapping) and partition spec of ``metadata`` (of Delta ``version``) on top
@@ -63,6 +74,7 @@ def schema_and_spec(metadata: Metadata, table: str, tip: Tip, format_version: in
         partition_columns=metadata.partition_columns, format_version=format_version,
         earlier=retained_schemas(prev)[1:] if prev and not reset else (), version=version,
         same_mapping_mode=not reset,
+        change_data_feed=metadata.bool_property(CHANGE_DATA_FEED) or _maps_change_type(prev),
     )
     return converted, identity_spec(converted.schema, metadata.partition_columns,
                                     previous=prev.partition_specs if prev else ())

@@ -28,9 +28,11 @@ NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 TYPE_CHANGES = "delta.typeChanges"
 CHAR_VARCHAR_TYPE = "__CHAR_VARCHAR_TYPE_STRING"
 #: Data files of tables with Change Data Feed may hold an extra ``_change_type`` column that is not in the
-#: table schema (Delta protocol, Change Data Files). Iceberg allows a name mapping entry without a field id
-#: for such columns, but pyiceberg refuses file columns without an id; mapping it to the highest id a table
-#: may use (spec: Reserved Field IDs), never a schema field, lets readers project it away.
+#: table schema (Delta protocol, Change Data Files): Delta on Spark writes it, null, into the data files of its
+#: UPDATE, DELETE and MERGE commits. Iceberg allows a name mapping entry without a field id for such columns, but
+#: pyiceberg 0.12 refuses to read a file with a column its mapping lacks ("Could not find field with name"), or
+#: maps without an id; mapping it to the highest id a table may use (spec: Reserved Field IDs: none greater than
+#: 2147483447), never a schema field, lets readers project it away. Only tables whose files may hold it get it.
 CHANGE_TYPE_COLUMN = "_change_type"
 CHANGE_TYPE_FIELD_ID = 2_147_483_447
 
@@ -221,6 +223,7 @@ def convert_schema(
     earlier: Sequence[Schema] = (),
     version: int | None = None,
     same_mapping_mode: bool = True,
+    change_data_feed: bool = False,
 ) -> ConvertedSchema:
     """The Iceberg schema and name mapping of a Delta schema.
 
@@ -235,6 +238,9 @@ def convert_schema(
     column mapping Delta pins the id: such a change is refused with TypeChangeRefusedError (naming ``version``),
     unless the earlier schemas were of another column mapping mode (``same_mapping_mode`` False: the history
     starts afresh).
+
+    ``change_data_feed``: the table's data files may hold the change data feed's ``_change_type``; the name mapping
+    then maps it too (``CHANGE_TYPE_FIELD_ID``), otherwise it holds only the schema's columns.
     """
     mapped = column_mapping_mode in ("name", "id")
     delta_ids = _delta_ids(delta_schema) if mapped else frozenset()
@@ -257,7 +263,7 @@ def convert_schema(
         if f.name in partition_columns else f
         for f in fields
     ]
-    if not any(CHANGE_TYPE_COLUMN in m.names for m in mappings):
+    if change_data_feed and not any(CHANGE_TYPE_COLUMN in m.names for m in mappings):
         mappings.append(MappedField(field_id=CHANGE_TYPE_FIELD_ID, names=[CHANGE_TYPE_COLUMN]))
     try:
         schema = Schema(*fields, schema_id=schema_id)
