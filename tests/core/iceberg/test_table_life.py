@@ -1,7 +1,9 @@
 """A table's life (issue 26): a seeded life of a Delta table written by deltalake (tests/support/life.py: >= 500
 commits of appends, deletes, updates, compaction, checkpoints, VACUUM, log cleanup, restore, schema overwrite,
 repartition, and the table deleted and created again; no recreation in the last 40% of the commits, appends only
-in the last 10%), converted with ``convert()`` and its defaults after every operation, in this process.
+in the last 10%), converted with ``convert()`` and its defaults after every operation, in this process, but for
+``deltaberg.cleanup.attempt-age-ms``: a life of minutes stands for years, and the hour an earlier Iceberg history's
+files wait for readers (docs/HISTORY.md) shrinks to seconds with it.
 
 The life runs once (module fixture) and records each run's outcome; each test asserts one group of invariants over
 it, so that a test passes as soon as the fix it needs has landed:
@@ -38,9 +40,12 @@ from support.oracle import kernel_arrow, normalized_rows
 
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_VERSION
+from airflow_deltaberg.core.iceberg.table_properties import ATTEMPT_AGE
 
 LIFE_COMMITS = int(os.environ.get("DELTABERG_LIFE_COMMITS", "500"))
 LIFE_SEED = int(os.environ.get("DELTABERG_LIFE_SEED", "26"))
+#: The threshold after which a run deletes the files of earlier histories (and of killed attempts): a few runs.
+TABLE_PROPERTIES = {ATTEMPT_AGE: "5000"}
 #: Operation kinds (an operation's first word) the life must contain.
 OPERATIONS = {"create", "append", "delete", "update", "compact", "checkpoint", "vacuum", "log", "restore",
               "overwrite", "repartition"}
@@ -91,7 +96,7 @@ def check_run(life: Life, step: Step) -> Run:
     """Convert after ``step`` and compare the current snapshot with Delta."""
     started = time.monotonic()
     try:
-        result = convert(str(life.path))
+        result = convert(str(life.path), table_properties=TABLE_PROPERTIES)
     except Exception as error:  # noqa: BLE001 - a failed run is an outcome the test reports
         return Run(step, time.monotonic() - started, failure=f"convert raised {type(error).__name__}: {error}")
     run = Run(step, time.monotonic() - started, mode=result.mode)
