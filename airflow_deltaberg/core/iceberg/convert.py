@@ -240,8 +240,7 @@ def convert(
             with large_buffer_pool():
                 snapshot = table.snapshot(segment=segment)
                 # Another Delta table (or history) than the tip's starts a new Iceberg history.
-                tip, new_history, history_start = history_for(tip, snapshot.metadata.id, history,
-                                                              int(time.time() * 1000))
+                tip, new_history, history_start = history_for(tip, snapshot.metadata.id, history)
                 if new_history is not None or tip.published is None:
                     check_catalog(table_uuid_for(snapshot.metadata.id), snapshot.metadata.id)
                 if new_history is not None:

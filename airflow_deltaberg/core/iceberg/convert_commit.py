@@ -16,6 +16,7 @@ from pyiceberg.table.snapshots import Operation
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, attempt_keys, write_state
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, converted_mapping_mode, resets_history
+from airflow_deltaberg.core.iceberg.earlier_histories import stamped_start
 from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
 from airflow_deltaberg.core.iceberg.manifest import (
     assign_first_row_ids,
@@ -100,6 +101,8 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
                            DELTA_COLUMN_MAPPING_MODE: mode,
                            FINGERPRINT: commit_fingerprint(storage, plan.delta_version),
                            **plan.converted.properties, **plan.table_properties}
+    now_ms = int(time.time() * 1000)
+    metadata_properties.update(stamped_start(plan.table_properties, now_ms))  # a new history's start: now
     if reset:
         log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
                  "snapshots start afresh (column ids change)", plan.table, converted_mapping_mode(tip), mode,
@@ -115,7 +118,7 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
         properties=metadata_properties,
         snapshot=SnapshotSpec(plan.snapshot_id, plan.delta_version, plan.timestamp_ms, operation,
                               storage.uri(list_key), summary),
-        now_ms=int(time.time() * 1000),
+        now_ms=now_ms,
         reset_history=reset,
         format_version=plan.format_version,
         lineage=lineage,

@@ -23,7 +23,7 @@ from airflow_deltaberg.core.iceberg.publish import PublishedMetadata, metadata_f
 from airflow_deltaberg.core.redact import location_text
 from airflow_deltaberg.core.storage import FileEntry, Storage
 
-#: Table properties of a history's metadata files: when its first metadata file was written (ms since the epoch),
+#: Table properties of a history's metadata files: when its first metadata file was built (ms since the epoch),
 #: that file's version, and the table uuid of the history it replaced.
 STARTED_AT = "deltaberg.history.started-at-ms"
 FIRST_VERSION = "deltaberg.history.first-metadata-version"
@@ -38,12 +38,20 @@ class HistoryStart:
     started_at_ms: int
 
 
-def start_properties(first_version: int, replaced_uuid: str | None, now_ms: int) -> dict[str, str]:
-    """The properties of a new history's first metadata file (``first_version``), written at ``now_ms``."""
-    properties = {STARTED_AT: str(now_ms), FIRST_VERSION: str(first_version)}
+def start_properties(first_version: int, replaced_uuid: str | None) -> dict[str, str]:
+    """The properties that make a snapshot the first of a new history, whose metadata file is ``first_version``
+    (``stamped_start`` adds the time when that file is built)."""
+    properties = {FIRST_VERSION: str(first_version)}
     if replaced_uuid:
         properties[REPLACED_UUID] = replaced_uuid
     return properties
+
+
+def stamped_start(properties: Mapping[str, str], now_ms: int) -> dict[str, str]:
+    """``STARTED_AT`` of ``now_ms`` when ``properties`` (those a snapshot sets) start a new history, else nothing:
+    the time is taken as its metadata file is built, after the conversion's manifests, so that a long conversion
+    does not eat into the time readers get."""
+    return {STARTED_AT: str(now_ms)} if FIRST_VERSION in properties else {}
 
 
 def history_start(published: PublishedMetadata, *, table: str) -> HistoryStart | None:

@@ -180,7 +180,7 @@ def _unverified(published: PublishedMetadata, in_log: Callable[[str], str | None
     return None
 
 
-def history_for(tip: Tip, delta_table_id: str, history: History, now_ms: int) -> tuple[Tip, str | None, dict[str, str]]:
+def history_for(tip: Tip, delta_table_id: str, history: History) -> tuple[Tip, str | None, dict[str, str]]:
     """The tip a full conversion of Delta table ``delta_table_id`` builds on, a warning when that is a new history,
     and the properties that record the new history's start (``earlier_histories``; empty for the same history):
     ``tip`` itself when it holds the same table, else none of its snapshots (numbered on above it)."""
@@ -198,4 +198,4 @@ def history_for(tip: Tip, delta_table_id: str, history: History, now_ms: int) ->
     what = "the same Delta table id with another history" if old == delta_table_id else f"Delta table {old}"
     return tip, (f"the Iceberg metadata was converted from {what}; the Delta table is now {delta_table_id}: a new "
                  f"Iceberg history starts (table uuid {table_uuid_for(delta_table_id)}), without the earlier "
-                 "snapshots"), start_properties(tip.next_version, replaced_uuid, now_ms)
+                 "snapshots"), start_properties(tip.next_version, replaced_uuid)
