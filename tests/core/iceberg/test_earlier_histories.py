@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,14 @@ from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.oracle import delta_rows, open_sql_catalog, rows_of, sql_catalog_config
 
+from airflow_deltaberg.core.errors import TablePropertyError
 from airflow_deltaberg.core.iceberg import convert_commit
-from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of
+from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of, remove_abandoned_attempts
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.earlier_histories import FIRST_VERSION, REPLACED_UUID, STARTED_AT
+from airflow_deltaberg.core.iceberg.publish import read_metadata
 from airflow_deltaberg.core.iceberg.table_properties import ATTEMPT_AGE
+from airflow_deltaberg.core.storage import open_storage
 
 IDENTIFIER = "db.events"
 HINT = "version-hint.text"
@@ -220,3 +224,21 @@ def test_iceberg_java_reads_the_current_history_after_the_cleanup(tmp_path: Path
         df = iceberg_spark.read.format("iceberg").load(location)
         columns = sorted(df.columns)
         assert sorted(tuple(row[c] for c in columns) for row in df.collect()) == expected, location
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "٣"])
+def test_a_tampered_start_is_a_typed_error(tmp_path: Path, value: str) -> None:
+    """A history start that is not a number (set through a catalog) refuses with TablePropertyError naming the
+    table and the property, before anything is deleted."""
+    path = tmp_path / "events"
+    write_table(path, 0, 1)
+    run(path, tmp_path)
+    recreate(path, 1000, 1)
+    recreate_result = run(path, tmp_path)
+    published = read_metadata(open_storage(str(path)), int(properties(recreate_result)[FIRST_VERSION]))
+    tampered = replace(published, metadata=published.metadata.model_copy(
+        update={"properties": {**published.metadata.properties, STARTED_AT: value}}))
+    before = names(path)
+    with pytest.raises(TablePropertyError, match=f"{STARTED_AT}.*events|events.*{STARTED_AT}"):
+        remove_abandoned_attempts(open_storage(str(path)), tampered, None, int(time.time() * 1000) + 10**9)
+    assert names(path) == before
