@@ -1,13 +1,29 @@
 """The asset URIs of Iceberg tables in a catalog, ``iceberg://<catalog>/<namespace...>/<table>``: built by the
 operators (``catalog_table_uri``) and normalized by Airflow through the provider's ``asset-uris`` handler
-(``normalize_iceberg_uri``). Standard library only: the scheduler and the DAG processor import it."""
+(``normalize_iceberg_uri``); and of Delta tables, ``delta://<scheme>/<path>`` (``delta_table_uri``), which the
+operators read or write and an ``AssetWatcher`` schedules on. Standard library only: the scheduler and the DAG
+processor import it."""
 
 from __future__ import annotations
 
+import os
 from urllib.parse import SplitResult, quote, unquote
 
 #: The URI scheme of the asset of a table registered in a catalog.
 ICEBERG_SCHEME = "iceberg"
+
+
+#: The URI scheme of the asset of a Delta table.
+DELTA_SCHEME = "delta"
+
+
+def delta_table_uri(table_uri: str) -> str:
+    """``delta://<scheme>/<path>`` for a table at ``<scheme>://<path>`` (``s3://lake/sales`` is
+    ``delta://s3/lake/sales``); ``delta://file/<absolute path>`` for a local path or a ``file://`` URI."""
+    scheme, sep, rest = table_uri.partition("://")
+    if not sep:
+        scheme, rest = "file", os.path.abspath(table_uri).replace(os.sep, "/")
+    return f"{DELTA_SCHEME}://{scheme}/{rest.strip('/')}"
 
 
 def _segment(text: str) -> str:

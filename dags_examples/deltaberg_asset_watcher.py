@@ -6,7 +6,10 @@ schedules this DAG (the Airflow 3 way; deltaberg_event_driven.py waits in a defe
     commits   the batch the run's asset events reported (table, from_version, to_version, events); {} for a
               manual run
     convert   DeltaToIcebergOperator, in the worker: up to the batch's to_version (the latest for a manual run),
-              one Iceberg snapshot per new Delta commit, registered in the catalog
+              one Iceberg snapshot per new Delta commit, registered in the catalog; its outlet is the Iceberg
+              table's asset, ``iceberg://<CATALOG_NAME>/<namespace>/<table>``: a DAG scheduled on it runs after
+              each conversion, its triggering event's extra holding delta_version, snapshot_id, mode,
+              files_added and records (docs/lineage.md)
 
 The watcher's cursor (the last version it reported) is kept in Airflow's asset state store: a triggerer restart
 neither repeats a batch nor loses one, and commits converted by other means meanwhile make no event (the cursor
@@ -41,6 +44,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetWatcher, Param, task
 
+from airflow_deltaberg.assets import delta_table_uri
 from airflow_deltaberg.operators import DeltaToIcebergOperator
 from airflow_deltaberg.triggers import DeltaCommitEventTrigger
 
@@ -67,12 +71,6 @@ POLL_SECONDS = float(setting("POLL_SECONDS", "30"))
 MIN_COMMITS = int(setting("MIN_COMMITS", "1"))
 
 
-def delta_asset_uri(table_uri: str) -> str:
-    """``delta://<scheme>/<path>`` for a table at ``<scheme>://<path>``; ``delta://file/<path>`` for a local one."""
-    scheme, sep, rest = table_uri.partition("://")
-    return f"delta://{scheme}/{rest.lstrip('/')}" if sep else f"delta://file/{table_uri.lstrip('/')}"
-
-
 def required(value: str, description: str) -> Param:
     """A string param whose default is ``value``; without one (not configured) a run must name it."""
     default = {"default": value} if value else {}
@@ -83,7 +81,7 @@ def watched_table() -> Asset:
     """The Delta table as an asset whose watcher fires on its new commits."""
     trigger = DeltaCommitEventTrigger(table_uri=TABLE_URI, poll_interval=POLL_SECONDS, min_commits=MIN_COMMITS,
                                       deltaberg_conn_id=STORAGE_CONN_ID)
-    return Asset(name=f"delta_{IDENTIFIER}", uri=delta_asset_uri(TABLE_URI),
+    return Asset(name=f"delta_{IDENTIFIER}", uri=delta_table_uri(TABLE_URI),
                  watchers=[AssetWatcher(name=f"{DAG_ID}_commits", trigger=trigger)])
 
 
@@ -122,8 +120,10 @@ with DAG(
     batch = commits()
     convert = DeltaToIcebergOperator(
         task_id="convert",
-        table_uri="{{ params.table_uri }}",
-        identifier="{{ params.identifier }}",
+        # Configured, the table is known when the file is parsed: the task declares the Delta table as its inlet
+        # and the Iceberg table as its outlet (graphs and the Assets page show them; DAGs can schedule on it).
+        table_uri=TABLE_URI or "{{ params.table_uri }}",
+        identifier=IDENTIFIER or "{{ params.identifier }}",
         catalog_config="{{ params.catalog }}",
         catalog_conn_id=CATALOG_CONN_ID,
         catalog_name=CATALOG_NAME,

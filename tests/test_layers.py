@@ -10,7 +10,7 @@ module must be placed). Layers, lowest first:
   2 core.compat, core.iceberg (each knows nothing of the other)
   3 core.enable, core.watch, core.fleet, core.fleet_html
   4 airflow_deltaberg.spark (PySpark applications; no Airflow)
-  5 cli, operators, sensors, triggers, hooks, notifications, provider_info, version_compat, assets
+  5 cli, operators, sensors, triggers, hooks, notifications, openlineage, provider_info, version_compat, assets
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ PACKAGES: dict[str, int] = {
     f"{PACKAGE}.triggers": 5,
     f"{PACKAGE}.hooks": 5,
     f"{PACKAGE}.notifications": 5,
+    f"{PACKAGE}.openlineage": 5,  # the operators' OpenLineage facets (the client imported lazily)
 }
 
 #: What a part of the package may not load, directly or through any chain of imports (ARCHITECTURE.md, Layers).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -17,11 +16,11 @@ from airflow_deltaberg.core.iceberg.catalog import check_identifier
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.hooks.catalog import IcebergCatalogHook, masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.openlineage import operators as lineage
+from airflow_deltaberg.operators.delta_asset import add_delta_asset, is_template
 from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.operators.validate import _parse_version
 from airflow_deltaberg.version_compat import AirflowFailException
-
-_TEMPLATE = re.compile(r"{{|{%")
 
 
 def location_uri(location: str) -> str:
@@ -56,11 +55,12 @@ class DeltaToIcebergOperator(BaseOperator):
     **Asset.** The operator adds the converted table to its ``outlets``:
     ``iceberg://<catalog_name>/<namespace>/<table>`` with an identifier (``db.events`` in catalog
     ``deltaberg`` is ``iceberg://deltaberg/db/events``), else the table location (``file:///...`` for a
-    local path, the URI as given otherwise). Each successful run emits one asset event (up-to-date runs too;
-    ``mode`` in the event's extra tells them apart) whose extra holds delta_version, snapshot_id,
-    metadata_location, mode, records and table. When ``table_uri`` or ``identifier`` is a Jinja template, the
-    URI is only known at run time: the operator then declares the asset alias ``asset_alias_name``
-    (``deltaberg-convert:<dag_id>.<task_id>``) and attaches the rendered table's asset to it.
+    local path, the URI as given otherwise), and the Delta table to its ``inlets`` (``delta://<scheme>/<path>``,
+    ``assets.delta_table_uri``). Each successful run emits one asset event (up-to-date runs too; ``mode`` in the
+    event's extra tells them apart) whose extra holds delta_version, snapshot_id, mode, files_added, records,
+    metadata_location and table. When ``table_uri`` or ``identifier`` is a Jinja template, the URI is only known
+    at run time: the operator then declares the asset alias ``asset_alias_name``
+    (``deltaberg-convert:<dag_id>.<task_id>``), attaches the rendered table's asset to it, and has no inlet.
 
     **Failures.** Errors that running again cannot fix (not a Delta table, unsupported features, deletion
     vectors, bad version) fail the task without retries; storage errors are re-raised so ``retries`` apply.
@@ -130,6 +130,7 @@ class DeltaToIcebergOperator(BaseOperator):
         self.verify_stats = verify_stats
         self.strict = strict
         self.table_asset, self.asset_alias = add_iceberg_outlet(self, (table_uri, identifier))
+        self.delta_asset = add_delta_asset(self, inlet=True)
 
     @property
     def asset_alias_name(self) -> str:
@@ -144,6 +145,7 @@ class DeltaToIcebergOperator(BaseOperator):
             raise AirflowFailException(f"DeltaToIcebergOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
         catalog_config = catalog_properties(self.catalog_conn_id, self.catalog_config, identifier)
+        lineage.keep(self, start=True, identifier=identifier, catalog_uri=(catalog_config or {}).get("uri"))
         if catalog_config is not None:
             self.log.info(
                 "Converting %s at %s to Iceberg, registered as %s in catalog %r %s",
@@ -178,10 +180,18 @@ class DeltaToIcebergOperator(BaseOperator):
         for warning in result.warnings:  # what Iceberg readers of the table should know
             self.log.warning("%s: %s", result.table, warning)
         self._emit_asset_event(context, result)
+        lineage.keep(self, result=result)
         return result.to_dict()
 
     def _emit_asset_event(self, context: Context, result: ConversionResult) -> None:
         emit_asset_event(self, context, result)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (the ``openlineage`` extra): the Delta table in, the Iceberg table out."""
+        return lineage.conversion(self, complete=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return lineage.conversion(self, complete=False)
 
     def _failure_message(self, exc: DeltabergError, version: int | None) -> str:
         """The error's message, naming the table and version when the error does not already."""
@@ -221,7 +231,7 @@ def catalog_properties(catalog_conn_id: str | None, catalog_config: Mapping[str,
 def add_iceberg_outlet(task: Any, templated: Sequence[Any]) -> tuple[Asset | None, AssetAlias | None]:
     """Add the Iceberg table the task writes to its outlets: the table's Asset, or, when one of ``templated``
     is a template (the table is known at run time only), the task's asset alias. Returns (asset, alias)."""
-    if any(_is_template(value) for value in templated):
+    if any(is_template(value) for value in templated):
         alias = AssetAlias(name=task.asset_alias_name)
         task.outlets = [*task.outlets, alias]
         return None, alias
@@ -244,6 +254,7 @@ def emit_asset_event(task: Any, context: Context, result: ConversionResult) -> N
         "delta_version": result.delta_version,
         "snapshot_id": result.snapshot_id,
         "metadata_location": result.metadata_location,
+        "files_added": result.files_added,
         "records": result.records,
     }
     if result.identifier is not None:
@@ -254,10 +265,6 @@ def emit_asset_event(task: Any, context: Context, result: ConversionResult) -> N
     elif task.asset_alias is not None:
         asset = Asset(uri=table_asset_uri(task.table_uri, task.catalog_name, result.identifier))
         context["outlet_events"][task.asset_alias].add(asset, extra=extra)
-
-
-def _is_template(value: Any) -> bool:
-    return isinstance(value, str) and _TEMPLATE.search(value) is not None
 
 
 def _where(version: int | None) -> str:

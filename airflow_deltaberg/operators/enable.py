@@ -16,6 +16,8 @@ from airflow_deltaberg.core.enable.rewrite.result import RewriteResult
 from airflow_deltaberg.core.enable.run import MODES, enable
 from airflow_deltaberg.core.errors import CommitConflictError, DeltabergError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.openlineage import operators as lineage
+from airflow_deltaberg.operators.delta_asset import add_delta_asset
 from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.operators.spark_submit import (
     SparkApplicationRun,
@@ -23,8 +25,9 @@ from airflow_deltaberg.operators.spark_submit import (
     local_python_env,
     raise_task_failure,
     spark_target,
+    with_openlineage,
 )
-from airflow_deltaberg.version_compat import AirflowFailException
+from airflow_deltaberg.version_compat import AirflowFailException, conf
 
 PLAN_XCOM_KEY = "enable_plan"
 REWRITE_MODULE = "airflow_deltaberg.spark.enable_rewrite"
@@ -43,6 +46,11 @@ def _parse_bool(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be a boolean, not {value!r}")
 
 
+def _setting(value: bool | None, option: str) -> bool:
+    """``value``, or the ``[openlineage]`` option when it is None."""
+    return conf.getboolean("openlineage", option, fallback=False) if value is None else bool(value)
+
+
 class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
     """Enable IcebergWriterCompatV1 (or the ``level`` given) on a Delta table.
 
@@ -59,6 +67,10 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
     ``spark_packages`` and any other hook argument in ``spark_submit_kwargs``). It commits once, refusing when
     the table moved on meanwhile.
 
+    **Asset.** The Delta table is the task's inlet and outlet (``delta://<scheme>/<path>``) unless ``table_uri`` is
+    a template; each successful run's event on it has the extra table, action, level and committed_version (None
+    when nothing was committed).
+
     **Failures.** A blocked or refused enable fails the task without retries; a concurrent commit (conflict)
     or a storage error fails it with retries (running again re-plans on the new version).
 
@@ -74,6 +86,10 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
     :param spark_jars: comma-separated jars (e.g. delta-spark and delta-storage). Templated.
     :param spark_packages: comma-separated Maven coordinates. Templated.
     :param spark_submit_kwargs: further SparkSubmitHook arguments (executor_memory, env_vars, ...).
+    :param openlineage_inject_parent_job_info: add OpenLineage's parent job settings to the rewrite's Spark conf, as
+        SparkSubmitOperator does (default: ``[openlineage] spark_inject_parent_job_info``).
+    :param openlineage_inject_transport_info: add OpenLineage's HTTP transport settings to it (default:
+        ``[openlineage] spark_inject_transport_info``).
     """
 
     template_fields: Sequence[str] = ("table_uri", "mode", "level", "dry_run", "spark_conn_id", "spark_conf",
@@ -94,6 +110,8 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         spark_jars: str | None = None,
         spark_packages: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
+        openlineage_inject_parent_job_info: bool | None = None,
+        openlineage_inject_transport_info: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -107,7 +125,11 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
         self.spark_jars = spark_jars
         self.spark_packages = spark_packages
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
+        self.openlineage_inject_transport_info = openlineage_inject_transport_info
         self._hook: SparkSubmitHook | None = None
+        self._submit_conf: dict[str, Any] | None = None
+        self.delta_asset = add_delta_asset(self, inlet=True, outlet=True)
 
     def execute(self, context: Context) -> dict[str, Any]:
         fail_on_broken_notifiers(self, context)
@@ -120,7 +142,13 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
             raise AirflowFailException(f"DeltaEnableIcebergWriterCompatOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
 
+        lineage.keep(self, start=True)
+        self._submit_conf = with_openlineage(self.spark_conf, context, parent_job=_setting(
+            self.openlineage_inject_parent_job_info, "spark_inject_parent_job_info"), transport=_setting(
+            self.openlineage_inject_transport_info, "spark_inject_transport_info"))
+
         def publish(plan: EnablePlan) -> None:
+            lineage.keep(self, plan=plan.to_dict())
             context["ti"].xcom_push(key=PLAN_XCOM_KEY, value=plan.to_dict())
             self.log.info("Plan for %s at version %s (level %s): rewrite %s%s%s\nWriters after enabling %s:%s",
                           plan.table, plan.read_version, plan.level, "needed" if plan.needs_rewrite else "not needed",
@@ -137,7 +165,19 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
             raise_task_failure(exc, str(self.table_uri))
         self.log.info("Enable of %s: %s%s", self.table_uri, result.action,
                       f" (version {result.committed_version})" if result.committed_version is not None else "")
+        lineage.keep(self, result=result)
+        if self.delta_asset is not None:
+            context["outlet_events"][self.delta_asset].extra = {
+                "table": str(self.table_uri), "action": result.action, "level": level,
+                "committed_version": result.committed_version}
         return result.to_dict()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (the ``openlineage`` extra): the Delta table in, and out when committed to."""
+        return lineage.enablement(self, complete=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return lineage.enablement(self, complete=False)
 
     # -- the rewrite through SparkSubmit ------------------------------------------------------------------
 
@@ -152,9 +192,9 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
             if storage_options:
                 args += ["--storage-options-json", run.settings_argument("--storage-options-json", storage_options)]
             self._hook = SparkSubmitHook(
-                application_args=args, conn_id=self.spark_conn_id, conf=self.spark_conf, jars=self.spark_jars,
+                application_args=args, conn_id=self.spark_conn_id, conf=self._submit_conf, jars=self.spark_jars,
                 packages=self.spark_packages, name=kwargs.pop("name", f"deltaberg-enable-{self.task_id}"),
-                env_vars=local_python_env(target, self.spark_conf, kwargs.pop("env_vars", None)), **kwargs,
+                env_vars=local_python_env(target, self._submit_conf, kwargs.pop("env_vars", None)), **kwargs,
             )
             self.log.info("Submitting the rewrite of %s (read version %s)", location, read_version)
             # A failure the job described is raised as its own error class (execute() decides about retries).

@@ -17,6 +17,7 @@ from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
 from airflow_deltaberg.hooks.catalog import masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.openlineage import operators as lineage
 from airflow_deltaberg.operators.convert import (
     _summary_line,
     add_iceberg_outlet,
@@ -25,6 +26,7 @@ from airflow_deltaberg.operators.convert import (
     checked_catalog_arguments,
     emit_asset_event,
 )
+from airflow_deltaberg.operators.delta_asset import add_delta_asset
 from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.operators.spark_submit import (
     SparkApplicationRun,
@@ -156,6 +158,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         self.deltaberg_conn_id = deltaberg_conn_id
         self.result_location = result_location
         self.table_asset, self.asset_alias = add_iceberg_outlet(self, (table_uri, identifier, catalog_name))
+        self.delta_asset = add_delta_asset(self, inlet=True)
 
     @property
     def asset_alias_name(self) -> str:
@@ -170,6 +173,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
             raise AirflowFailException(f"DeltaIcebergRegenerateOperator({self.table_uri}): {exc}") from exc
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
         catalog_config = catalog_properties(self.catalog_conn_id, self.catalog_config, identifier)
+        lineage.keep(self, start=True, identifier=identifier, catalog_uri=(catalog_config or {}).get("uri"))
         commits = f"Delta commits {start}..{target}" if start is not None else (
             "the latest version" if target is None else f"version {target}")
         self.log.info("Regenerating the Iceberg metadata of %s up to %s with Spark%s", self.table_uri, commits,
@@ -191,6 +195,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
         result = ConversionResult(**payload)
         self.log.info(_summary_line(result))
         self._emit_asset_event(context, result)
+        lineage.keep(self, result=result)
         return result.to_dict()
 
     def _get_hook(self) -> SparkSubmitHook:
@@ -221,3 +226,10 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
 
     def _emit_asset_event(self, context: Context, result: ConversionResult) -> None:
         emit_asset_event(self, context, result)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (the ``openlineage`` extra): the Delta table in, the Iceberg table out."""
+        return lineage.conversion(self, complete=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return lineage.conversion(self, complete=False)

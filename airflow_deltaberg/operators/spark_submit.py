@@ -95,6 +95,26 @@ def local_python_env(target: SparkTarget, conf: Mapping[str, Any] | None,
     return out or None
 
 
+def with_openlineage(spark_conf: Mapping[str, Any] | None, context: Any, *, parent_job: bool,
+                     transport: bool) -> dict[str, Any] | None:
+    """``spark_conf`` with OpenLineage's parent job and/or transport settings (``spark.openlineage.*``) added the way
+    the Spark provider's SparkSubmitOperator adds them (the common.compat functions: without the OpenLineage
+    provider they add nothing and warn); settings already in ``spark_conf`` are kept."""
+    if not (parent_job or transport):
+        return dict(spark_conf) if spark_conf else None
+    from airflow.providers.common.compat.openlineage.utils.spark import (
+        inject_parent_job_information_into_spark_properties,
+        inject_transport_information_into_spark_properties,
+    )
+
+    out = dict(spark_conf or {})
+    if parent_job:
+        out = inject_parent_job_information_into_spark_properties(out, context)
+    if transport:
+        out = inject_transport_information_into_spark_properties(out, context)
+    return out
+
+
 def raise_task_failure(error: DeltabergError, table: str, cause: BaseException | None = None) -> NoReturn:
     """Fail the task with ``error``: itself when retryable (the task's retries apply), else an AirflowFailException
     (no retries) raised from it. The message names the error's class and the table."""

@@ -11,6 +11,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow_deltaberg.core.compat import Level, validate
 from airflow_deltaberg.core.errors import ComplianceViolationError, DeltabergError, DeltaError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
+from airflow_deltaberg.openlineage import operators as lineage
+from airflow_deltaberg.operators.delta_asset import add_delta_asset
 from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
 from airflow_deltaberg.version_compat import AirflowFailException
 
@@ -55,6 +57,8 @@ class DeltaValidateOperator(BaseOperator):
     Errors that retrying cannot fix (bad table, unsupported feature) fail the task without retries; storage errors
     are re-raised so the task's ``retries`` apply.
 
+    The table is the task's inlet (``delta://<scheme>/<path>``) unless ``table_uri`` is a template.
+
     :param table_uri: the table location (local path or fsspec URI). Templated.
     :param level: ``compat-v1``, ``compat-v2`` or ``writer-compat-v1``. Templated.
     :param data_checks: also run the rules that read file stats and Parquet footers.
@@ -87,6 +91,7 @@ class DeltaValidateOperator(BaseOperator):
         self.version = version
         self.deltaberg_conn_id = deltaberg_conn_id
         self.fail_on_violation = fail_on_violation
+        self.delta_asset = add_delta_asset(self, inlet=True)
 
     def execute(self, context: Context) -> None:
         fail_on_broken_notifiers(self, context)
@@ -95,6 +100,7 @@ class DeltaValidateOperator(BaseOperator):
             version = _parse_version(self.version)
         except ValueError as exc:
             raise AirflowFailException(f"DeltaValidateOperator({self.table_uri}): {exc}") from exc
+        lineage.keep(self, start=True)
         storage_options = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
         self.log.info(
             "Validating %s at %s against level %s (data checks: %s)",
@@ -115,6 +121,7 @@ class DeltaValidateOperator(BaseOperator):
                 raise
             raise AirflowFailException(self._failure_message(exc, version)) from exc
 
+        lineage.keep(self, report=report.to_dict())
         context["ti"].xcom_push(key=XCOM_KEY, value=report.to_dict())
         fails = not report.compliant and self.fail_on_violation
         log_level = logging.ERROR if fails else logging.WARNING if report.violations else logging.INFO
@@ -124,6 +131,13 @@ class DeltaValidateOperator(BaseOperator):
             raise AirflowFailException(str(violation)) from violation
         if not report.compliant:
             self.log.warning("The table is not compliant; fail_on_violation is False, so the task succeeds")
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (the ``openlineage`` extra): the Delta table in, the rules checked as data-quality assertions."""
+        return lineage.validation(self, complete=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return lineage.validation(self, complete=False)
 
     def _failure_message(self, exc: DeltabergError, version: int | None) -> str:
         """The error's message, naming the table and version when the error does not already."""

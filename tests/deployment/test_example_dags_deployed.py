@@ -9,14 +9,20 @@ tasks both through the api-server; neither secret may reach a log file or the DB
 
 The asset-watcher example, in the same deployment, watches a deltalake-written table converted beforehand: an append
 fires exactly one run, which converts it; then the triggerer is killed (SIGKILL), the table gets a second append
-while none runs, and a triggerer started again fires one run for that batch alone (none repeated, none lost)."""
+while none runs, and a triggerer started again fires one run for that batch alone (none repeated, none lost). Its
+convert task declares the Iceberg table as its outlet: a DAG scheduled on that asset (CONSUMER, beside the
+examples) runs after each conversion and reads the event's extra; the api-server's assets API names the producing
+task and the scheduled DAG."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from pyiceberg.catalog import load_catalog
 from support.deployment import Deployment, deployment
+from support.environment import REPO_ROOT
 from support.spark_session import SUBMIT_CONF, java
 
 from airflow_deltaberg.core.iceberg.convert import convert
@@ -33,6 +40,25 @@ pytestmark = pytest.mark.spark  # the regeneration is a spark-submit job
 
 DAG_ID = "deltaberg_event_driven_regeneration"
 WATCHER_DAG_ID = "deltaberg_asset_watcher"
+CONSUMER_DAG_ID = "iceberg_consumer"
+#: What a conversion's event on the Iceberg asset carries for the DAGs scheduled on it.
+EVENT_KEYS = ("delta_version", "snapshot_id", "mode", "files_added", "records")
+#: A DAG scheduled on the Iceberg table the asset-watcher example converts: it returns its triggering events' extras.
+CONSUMER = f"""
+import datetime as dt
+
+from airflow.sdk import DAG, Asset, task
+
+with DAG("{CONSUMER_DAG_ID}", schedule=[Asset("iceberg://deltaberg/lake/watched")],
+         start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), catchup=False):
+
+    @task(multiple_outputs=False)
+    def conversions(triggering_asset_events=None):
+        return [{{key: event.extra.get(key) for key in {EVENT_KEYS!r}}}
+                for events in triggering_asset_events.values() for event in events]
+
+    conversions()
+"""
 STORAGE_SECRET = "fake-storage-secret-d3pl0y-5t0r4g3"
 CATALOG_SECRET = "fake-catalog-token-d3pl0y-c4t4l0g"
 
@@ -130,6 +156,41 @@ def check_asset_watcher(deploy: Deployment, table: Path, catalog: dict[str, str]
     assert [(c["mode"], c["delta_version"]) for c in converted] == [("incremental", 1), ("incremental", 2)]
     assert first[0] == runs[0][0]
     assert iceberg_rows(catalog, "lake.watched") == delta_rows(table)
+    check_iceberg_asset_consumer(deploy, table, [{key: c[key] for key in EVENT_KEYS} for c in converted])
+
+
+def api_get(deploy: Deployment, path: str, **query: Any) -> Any:
+    """A GET on the api-server's public API (every user is an admin in this deployment)."""
+    url = f"http://127.0.0.1:{deploy.api_port}/api/v2/{path}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)
+
+
+def check_iceberg_asset_consumer(deploy: Deployment, table: Path, conversions: list[dict[str, Any]]) -> None:
+    """The consumer DAG ran after the conversions, with their extras; the assets API shows who makes the asset."""
+    def consumer_runs() -> list[tuple[str, str, str]] | None:
+        runs = deploy.query("SELECT run_id, run_type, state FROM dag_run WHERE dag_id = ? ORDER BY id",
+                            CONSUMER_DAG_ID)
+        seen = sum(len(deploy.xcom(CONSUMER_DAG_ID, run_id, "conversions").get("return_value") or [])
+                   for run_id, _, state in runs if state == "success")
+        return runs if seen >= len(conversions) and all(s in ("success", "failed") for *_, s in runs) else None
+
+    runs = deploy.wait_for("the consumer DAG's runs", consumer_runs, timeout=120)
+    assert {(run_type, state) for _, run_type, state in runs} == {("asset_triggered", "success")}, deploy.diagnostics()
+    received = [extra for run_id, _, _ in runs
+                for extra in deploy.xcom(CONSUMER_DAG_ID, run_id, "conversions")["return_value"]]
+    assert received == conversions  # in order, each conversion once: the Delta version, snapshot, mode, counts
+    assert [e["files_added"] for e in received] == [1, 1] and [e["records"] for e in received] == [4, 5]
+
+    [iceberg] = api_get(deploy, "assets", uri_pattern="iceberg://deltaberg/lake/watched")["assets"]
+    assert [(t["dag_id"], t["task_id"]) for t in iceberg["producing_tasks"]] == [(WATCHER_DAG_ID, "convert")]
+    assert [d["dag_id"] for d in iceberg["scheduled_dags"]] == [CONSUMER_DAG_ID]
+    events = api_get(deploy, "assets/events", asset_id=iceberg["id"], order_by="timestamp")["asset_events"]
+    assert [(e["source_dag_id"], e["source_task_id"]) for e in events] == [(WATCHER_DAG_ID, "convert")] * 2
+    assert [{key: e["extra"][key] for key in EVENT_KEYS} for e in events] == conversions
+    [delta] = api_get(deploy, "assets", uri_pattern=f"delta://file{table}")["assets"]
+    assert [(t["dag_id"], t["task_id"]) for t in delta["consuming_tasks"]] == [(WATCHER_DAG_ID, "convert")]
+    assert [d["dag_id"] for d in delta["scheduled_dags"]] == [WATCHER_DAG_ID]
 
 
 def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(copy_fixture,
@@ -163,13 +224,18 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
             "CATALOG_CONN_ID": "lake_catalog", "POLL_SECONDS": "1"}.items()},
         # A killed triggerer's triggers go to a new one once its heartbeat is this old (default 30 s).
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # the assets API without a login
     }
     connections = {
         "lake_storage": {"conn_type": "deltaberg", "extra": json.dumps({"secret": STORAGE_SECRET})},
         "lake_catalog": {"conn_type": "generic", "extra": json.dumps({**catalog, "token": CATALOG_SECRET})},
     }
 
-    with deployment(tmp_path / "airflow", settings, connections=connections) as deploy:
+    dags = tmp_path / "dags"  # the examples, and a DAG scheduled on the Iceberg table one of them converts
+    shutil.copytree(REPO_ROOT / "dags_examples", dags, ignore=shutil.ignore_patterns("__pycache__"))
+    (dags / "iceberg_consumer.py").write_text(CONSUMER, encoding="utf-8")
+
+    with deployment(tmp_path / "airflow", settings, dags_folder=dags, connections=connections) as deploy:
         phases.update(deploy.timings)
         stored = deploy.wait_for("the dag-processor to store the event-driven DAG", lambda: deploy.query(
             "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", DAG_ID), timeout=180)
@@ -195,7 +261,7 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         assert set(dags) == {
             (DAG_ID, 0, "@continuous"), ("deltaberg_scheduled_conversion", 1, "None"),
             ("deltaberg_compliance_monitoring", 1, "None"), ("deltaberg_enable_writer_compat", 0, "None"),
-            (WATCHER_DAG_ID, 1, "Asset"), ("deltaberg_fleet", 1, "None")}
+            (WATCHER_DAG_ID, 1, "Asset"), ("deltaberg_fleet", 1, "None"), (CONSUMER_DAG_ID, 0, "Asset")}
         states = deploy.task_states(DAG_ID, run_id)
         assert (state, states) == ("success", dict.fromkeys(("wait_for_commits", "regenerate", "check_row_counts"),
                                                             "success")), deploy.diagnostics()

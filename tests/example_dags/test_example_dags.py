@@ -386,6 +386,11 @@ def test_asset_watcher_schedules_on_the_tables_commit_trigger(load_example: Call
     assert isinstance(watcher.trigger, DeltaCommitEventTrigger)
     assert watcher.trigger.serialize()[1] == {"table_uri": "s3://lake/sales", "poll_interval": 5.0,
                                               "min_commits": 1, "deltaberg_conn_id": "lake"}
+    # Configured, the convert task reads the watched asset itself (one asset of that URI: its watcher stays) and
+    # writes the Iceberg table's asset, so that graphs and DAGs scheduled on it see the task.
+    convert = dag.get_task("convert")
+    assert [a is asset for a in convert.inlets] == [True]
+    assert [a.uri for a in convert.outlets] == ["iceberg://deltaberg/shop/sales"]
 
 
 def asset_event(payload: dict[str, Any]) -> Any:

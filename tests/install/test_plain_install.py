@@ -33,8 +33,12 @@ BLOCK_PYSPARK = """
 import sys
 
 class _NoPyspark:
+    # and no OpenLineage client (the `openlineage` extra; Airflow's provider, when installed, is read by Airflow's
+    # configuration itself: the floor venv runs without it)
+    BLOCKED = ("pyspark", "openlineage")
+
     def find_spec(self, name, path=None, target=None):
-        if name == "pyspark" or name.startswith("pyspark."):
+        if any(name == b or name.startswith(b + ".") for b in self.BLOCKED):
             raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
         return None
 
@@ -67,6 +71,7 @@ print(json.dumps({
     "classes": classes,
     "provider_registered": "airflow-deltaberg" in ProvidersManager().providers,
     "pyspark_modules": sorted(m for m in sys.modules if m.split(".")[0] == "pyspark"),
+    "openlineage_modules": sorted(m for m in sys.modules if m.split(".")[0] == "openlineage"),
 }))
 """
 
@@ -90,6 +95,7 @@ def test_every_module_imports_without_pyspark() -> None:
     assert len(report["classes"]) == 4
     assert report["provider_registered"]
     assert report["pyspark_modules"] == []
+    assert "airflow_deltaberg.openlineage.facets" in report["modules"] and report["openlineage_modules"] == []
 
 
 def test_cli_inspect_validate_convert_without_pyspark(copy_fixture, tmp_path: Path) -> None:

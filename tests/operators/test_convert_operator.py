@@ -99,7 +99,8 @@ def asset_events(dag_id: str, run_id: str | None = None) -> list[dict[str, Any]]
 
 
 def expected_extra(summary: dict[str, Any], catalog_name: str | None = "deltaberg") -> dict[str, Any]:
-    extra = {k: summary[k] for k in ("table", "mode", "delta_version", "snapshot_id", "metadata_location", "records")}
+    extra = {k: summary[k] for k in ("table", "mode", "delta_version", "snapshot_id", "metadata_location",
+                                     "files_added", "records")}
     if summary["identifier"] is not None:
         extra.update(identifier=summary["identifier"], catalog_name=catalog_name)
     return extra
@@ -125,6 +126,7 @@ def test_convert_register_then_up_to_date_then_new_version(
         )
     asset_uri = "iceberg://deltaberg/db/events"
     assert dag.get_task("convert").outlets == [Asset(uri=asset_uri)]
+    assert dag.get_task("convert").inlets == [Asset(uri="delta://file" + str(events_table))]
 
     # 1. first conversion: Delta version 0 registered in the catalog
     first = run_dag(dag)
@@ -365,6 +367,7 @@ def test_templated_fields_emit_the_rendered_table_through_an_alias(
         )
     alias = AssetAlias(name=f"deltaberg-convert:{dag_id}.convert")
     assert dag.get_task("convert").outlets == [alias]
+    assert dag.get_task("convert").inlets == []  # the Delta table is known at run time only
 
     result = run_dag(dag)
 

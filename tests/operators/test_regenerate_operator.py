@@ -91,6 +91,7 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
             retries=2, retry_delay=NO_DELAY, on_failure_callback=remember,
         )
     assert dag.get_task("regenerate").outlets == [Asset(uri="iceberg://deltaberg/db/events")]
+    assert dag.get_task("regenerate").inlets == [Asset(uri=f"delta://file{table}")]
 
     capfd.readouterr()
     result = run_dag(dag)
@@ -110,7 +111,7 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
     assert asset_events(dag_id) == [{
         "uri": "iceberg://deltaberg/db/events", "task_id": "regenerate",
         "extra": {k: summary[k] for k in ("table", "mode", "delta_version", "snapshot_id", "metadata_location",
-                                          "records", "identifier")} | {"catalog_name": "deltaberg"},
+                                          "files_added", "records", "identifier")} | {"catalog_name": "deltaberg"},
     }]
     assert_secret_only_in_private_files(spark_submit_commands, STORAGE_SECRET)
     too_far = result.ti("too_far")

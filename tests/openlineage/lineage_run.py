@@ -1,0 +1,66 @@
+"""One ``dag.test()`` of every operator with Airflow's OpenLineage provider enabled, in a process of its own (the
+provider reads its settings once a process; the test run's other processes keep it off). Run by
+test_operator_lineage.py as ``python lineage_run.py SETTINGS_JSON``; prints the run's task states and XComs as
+JSON, and writes the spark-submit command lines SparkSubmitHook built to ``settings["commands"]``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import airflow  # noqa: F401 - first: support.environment then keeps this process's AIRFLOW_HOME (the test's)
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import DAG
+from support.airflow_dags import run_dag
+from support.spark_session import SUBMIT_CONF, delta_spark_jars
+
+from airflow_deltaberg.operators import (
+    DeltaEnableIcebergWriterCompatOperator,
+    DeltaIcebergRegenerateOperator,
+    DeltaToIcebergOperator,
+    DeltaValidateOperator,
+)
+from airflow_deltaberg.operators.validate import XCOM_KEY
+
+
+def record_commands(path: Path) -> None:
+    build = SparkSubmitHook._build_spark_submit_command
+
+    def recording(self: SparkSubmitHook, application: str) -> list[str]:
+        command = build(self, application)
+        path.write_text(json.dumps([*json.loads(path.read_text() or "[]"), command]))
+        return command
+
+    path.write_text("[]")
+    SparkSubmitHook._build_spark_submit_command = recording  # type: ignore[method-assign]
+
+
+def main(settings: dict[str, Any]) -> dict[str, Any]:
+    record_commands(Path(settings["commands"]))
+    catalog = settings["catalog"]
+    with DAG(settings["dag_id"], schedule=None, start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+             catchup=False) as dag:
+        DeltaValidateOperator(task_id="validate", table_uri=settings["plain"], level="compat-v2",
+                              fail_on_violation=False)
+        DeltaToIcebergOperator(task_id="convert", table_uri=settings["plain"], identifier="db.events",
+                               catalog_config=catalog)
+        DeltaEnableIcebergWriterCompatOperator(task_id="enable", table_uri=settings["rewrite"],
+                                               spark_jars=delta_spark_jars(), spark_conf=SUBMIT_CONF)
+        DeltaIcebergRegenerateOperator(task_id="regenerate", table_uri=settings["spark"], identifier="db.spark",
+                                       catalog_config=catalog, conf=SUBMIT_CONF)
+        DeltaToIcebergOperator(task_id="broken", table_uri=settings["missing"], identifier="db.missing",
+                               catalog_config=catalog)
+    result = run_dag(dag)
+    return {
+        "run_id": result.dag_run.run_id,
+        "states": {ti.task_id: str(ti.state) for ti in result.dag_run.get_task_instances()},
+        "xcom": {task_id: result.xcom(task_id) for task_id in ("convert", "enable", "regenerate")},
+        "report": result.xcom("validate", XCOM_KEY),
+    }
+
+
+if __name__ == "__main__":
+    print("LINEAGE-RUN " + json.dumps(main(json.loads(sys.argv[1])), default=str))
