@@ -156,6 +156,18 @@ def latest_version_after(
     )
 
 
+def unchanged_since(storage: Storage, version: int, *, table: str | None = None) -> bool:
+    """Whether ``version`` is still the table's newest version: one listing of ``_delta_log`` from it.
+
+    A watcher that found no batch (or reported one) at ``version`` asks this first: while it holds, a full poll
+    could only find the same versions again (the Iceberg ``delta-version`` can move, but not past ``version``),
+    so neither ``_last_checkpoint`` nor the Iceberg metadata needs reading. False when there is anything newer,
+    and when ``version`` is gone (the table was deleted or replaced): the full poll then says which.
+    """
+    listing = _list(storage, table or storage.root, version)
+    return listing.latest_version == version
+
+
 @dataclass(frozen=True)
 class IcebergState:
     """What a table's Iceberg metadata says it was converted from (all None before the first conversion)."""

@@ -112,29 +112,35 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
         options: Mapping[str, Any] = DeltaStorageHook(deltaberg_conn_id=self.deltaberg_conn_id).storage_options()
         return open_storage(self.table_uri, options)
 
-    def _check(self, storage: Storage, cursor: int | None) -> dict[str, Any] | None:
-        """The event payload when there are enough new commits, else None."""
-        from airflow_deltaberg.core.watch import commits_after_cursor
+    def _check(self, storage: Storage, cursor: int | None, seen: int | None) -> tuple[dict[str, Any] | None, int]:
+        """The event payload when there are enough new commits (else None), and the newest Delta version seen.
 
+        ``seen`` is that version at the previous poll: while it is still the newest, this poll would find what
+        that one found (no batch), so one listing answers it (core.watch.unchanged_since)."""
+        from airflow_deltaberg.core.watch import commits_after_cursor, unchanged_since
+
+        if seen is not None and unchanged_since(storage, seen, table=self.table_uri):
+            return None, seen
         commits, iceberg = commits_after_cursor(storage, last_event_version=cursor, table=self.table_uri)
         if commits.count < self.min_commits:
-            return None
-        return event_payload(self.table_uri, commits, iceberg)
+            return None, commits.latest_version
+        return event_payload(self.table_uri, commits, iceberg), commits.latest_version
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         storage: Storage | None = None
         cursor = await self._load_cursor()
+        seen: int | None = None  # the newest Delta version the last poll saw; None: poll in full
         while True:
             try:
                 if storage is None:
                     storage = await asyncio.to_thread(self._open_storage)
-                payload = await asyncio.to_thread(self._check, storage, cursor)
+                payload, seen = await asyncio.to_thread(self._check, storage, cursor, seen)
             except NotADeltaTableError as exc:
                 self.log.info("waiting for the table to exist: %s", exc)
-                payload = None
+                payload, seen = None, None
             except (DeltabergError, AirflowException) as exc:
                 self.log.error("%s: %s (next poll in %ss)", type(exc).__name__, exc, self.poll_interval)
-                payload = None
+                payload, seen = None, None
             if payload is not None:
                 yield TriggerEvent(payload)
                 # Stored once the event is handed to the triggerer, which persists it within its next sync.

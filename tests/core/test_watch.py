@@ -21,7 +21,12 @@ from airflow_deltaberg.core.errors import IcebergStartError, NotADeltaTableError
 from airflow_deltaberg.core.iceberg import publish
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.storage import FileEntry, LocalStorage, Storage, open_storage
-from airflow_deltaberg.core.watch import iceberg_delta_version, latest_version_after, poll_new_commits
+from airflow_deltaberg.core.watch import (
+    iceberg_delta_version,
+    latest_version_after,
+    poll_new_commits,
+    unchanged_since,
+)
 
 COMMITS = 100_000
 
@@ -200,6 +205,30 @@ def test_versions_match_deltalake_as_the_table_grows(tmp_path: Path) -> None:
     for start in range(latest + 1):
         commits = latest_version_after(storage, start)
         assert (commits.to_version, commits.count) == (latest, latest - start)
+
+
+def test_unchanged_since_is_one_listing_from_the_version(long_log: Path) -> None:
+    storage = CountingStorage(long_log)
+    assert unchanged_since(storage, COMMITS - 1)
+    assert (storage.lists, storage.reads) == (1, []) and storage.keys_listed <= 2
+    assert not unchanged_since(storage, COMMITS - 6)
+    assert storage.keys_listed <= 2 + 6 + 2
+
+
+def test_unchanged_since_is_false_after_an_append_and_when_the_version_is_gone(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    data = pa.table({"id": pa.array([1], pa.int64())})
+    write_deltalake(str(table), data)
+    write_deltalake(str(table), data, mode="append")
+    storage = open_storage(str(table))
+    assert unchanged_since(storage, 1)
+    write_deltalake(str(table), data, mode="append")
+    assert not unchanged_since(storage, 1) and unchanged_since(storage, 2)
+    shutil.rmtree(table)  # replaced by a shorter table: version 2 is gone, the full poll names the error
+    write_deltalake(str(table), data)
+    assert not unchanged_since(storage, 2)
+    with pytest.raises(VersionNotFoundError):
+        latest_version_after(storage, 2)
 
 
 def test_missing_table_is_a_typed_error_naming_the_log(tmp_path: Path) -> None:

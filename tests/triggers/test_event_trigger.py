@@ -187,3 +187,53 @@ def test_a_table_created_later_is_waited_for_and_min_commits_counts(tmp_path: Pa
         return payload
 
     assert versions(asyncio.run(scenario())) == (None, 0, 1, 2)
+
+
+class ReadsLogged(DeltaCommitEventTrigger):
+    """The trigger over a LocalStorage that records the keys each poll reads and lists."""
+
+    def _open_storage(self) -> Any:
+        from airflow_deltaberg.core.storage import LocalStorage
+
+        keys: list[str] = []
+        self.keys = keys
+
+        class Logged(LocalStorage):
+            def read(self, key: str) -> bytes:
+                keys.append(f"read {key}")
+                return super().read(key)
+
+            def exists(self, key: str) -> bool:
+                keys.append(f"exists {key}")
+                return super().exists(key)
+
+            def list_from(self, directory: str, start_after: str | None = None) -> Any:
+                keys.append(f"list {directory}")
+                return super().list_from(directory, start_after)
+
+        return Logged(self.table_uri)
+
+
+def test_a_poll_with_nothing_new_lists_the_log_and_reads_nothing(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    write_deltalake(str(table), DATA)
+    convert(str(table))  # Iceberg at version 0: its metadata and the version hint are there to be read
+    trigger = ReadsLogged(table_uri=str(table), poll_interval=0.05)
+    trigger.asset_state_store = FakeStore({"a": {}})
+
+    async def scenario() -> tuple[list[str], dict[str, Any]]:
+        events = Running(trigger)
+        await no_event(events, 0.5)  # ~10 polls
+        quiet = list(trigger.keys)
+        write_deltalake(str(table), DATA, mode="append")
+        payload = await next_event(events)
+        await events.aclose()
+        return quiet, payload
+
+    quiet, payload = asyncio.run(scenario())
+    first = quiet.index("list _delta_log")  # the first poll reads the Iceberg metadata and _last_checkpoint
+    assert any("version-hint" in key for key in quiet[:first]) and "read _delta_log/_last_checkpoint" in quiet
+    later = quiet[first + 1:]
+    assert len(later) >= 3 and set(later) == {"list _delta_log"}, quiet
+    # Once the log moved, the poll is a full one again: the event has the Iceberg start and the table id.
+    assert versions(payload) == (0, 1, 1, 1) and payload["table_id"] is not None
