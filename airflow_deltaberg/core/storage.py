@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import functools
 import math
 import os
 import re
@@ -77,6 +78,12 @@ class Storage(ABC):
 
         A missing directory lists as empty.
         """
+
+    def lister(self, directory: str) -> Callable[[str | None], list[FileEntry]]:
+        """``list_from`` of ``directory`` for any ``start_after``, for steps of one run that list it from different
+        starts: a store that reads a folder whole (local disk) reads it once, at the first call, and every call
+        answers from that read."""
+        return functools.partial(self.list_from, directory)
 
     def list_folders(self, directory: str) -> list[str]:
         """The names of the folders directly inside ``directory`` (on object stores: the common prefixes),
@@ -209,28 +216,45 @@ class LocalStorage(Storage):
             raise _local_error(exc, f"cannot {action} {self._path(key)}", writing=action == "write") from exc
 
     def list_from(self, directory: str, start_after: str | None = None) -> list[FileEntry]:
-        prefix = f"{directory.strip('/')}/" if directory.strip("/") else ""
-        entries = []
-        folder = self._path(directory.strip("/"))
-        try:
+        return self.lister(directory)(start_after)
+
+    def lister(self, directory: str) -> Callable[[str | None], list[FileEntry]]:
+        directory = directory.strip("/")
+        prefix = f"{directory}/" if directory else ""
+        folder = self._path(directory)
+        read: list[list[str] | None] = []
+
+        def names() -> list[str] | None:
+            if not read:
+                try:
+                    read.append(os.listdir(folder))
+                except (FileNotFoundError, NotADirectoryError):
+                    read.append(None)
+                except OSError as exc:
+                    raise _local_error(exc, f"cannot list {folder}") from exc
+            return read[0]
+
+        def list_from(start_after: str | None) -> list[FileEntry]:
             # Names first, filtered in one pass: a folder is read whole however little of it is wanted, and a
             # Python object per entry made a listing of a 10,000-commit log cost ~4x the read itself.
-            names = os.listdir(folder)
-            if start_after is not None:
-                names = [name for name in names if name > start_after]
-            for name in names:
+            listed = names()
+            if listed is None:
+                return []
+            wanted = listed if start_after is None else [name for name in listed if name > start_after]
+            entries = []
+            for name in wanted:
                 try:
                     st = os.stat(os.path.join(folder, name))
-                except FileNotFoundError:
+                except (FileNotFoundError, NotADirectoryError):
                     continue  # a link to nothing (not a file), or a file gone since the names were read
+                except OSError as exc:
+                    raise _local_error(exc, f"cannot list {folder}") from exc
                 if stat.S_ISREG(st.st_mode):
                     entries.append(FileEntry(prefix + name, st.st_size, st.st_mtime_ns // 1_000_000))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as exc:
-            raise _local_error(exc, f"cannot list {self._path(directory)}") from exc
-        entries.sort(key=lambda e: e.key)
-        return entries
+            entries.sort(key=lambda e: e.key)
+            return entries
+
+        return list_from
 
     def list_folders(self, directory: str) -> list[str]:
         try:

@@ -6,9 +6,11 @@ a compaction that disagrees with its commits cannot change the state."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airflow_deltaberg.core.errors import (
@@ -112,16 +114,21 @@ class LogListing:
         )
 
 
-@dataclass(frozen=True)
+@dataclass
 class ListedLog:
     """One listing of the log, from version ``start`` on (0: the whole log): a run lists the log once and takes
-    what later steps need from it (a local folder is read whole however little of it is listed)."""
+    what later steps need from it. ``lister`` (``Storage.lister``) lists it from an earlier start when a step
+    needs one (e.g. the history check when retained snapshots predate the checkpoint), without reading a local
+    folder again; the listing grows to that start."""
 
     listing: LogListing
     start: int
+    lister: Callable[[str | None], list[FileEntry]] | None = field(default=None, compare=False)
 
     def since(self, start: int) -> LogListing | None:
-        """The listing from ``start`` on, None when this one began after it."""
+        """The listing from ``start`` on; None when this one began after it and it has no lister."""
+        if start < self.start and self.lister is not None:
+            self.listing, self.start = _parse_from(self.lister, start), start
         return self.listing.since(start) if self.start <= start else None
 
 
@@ -159,8 +166,11 @@ def read_last_checkpoint(storage: Storage, table: str) -> int | None:
 
 def list_log(storage: Storage, start_version: int | None = None) -> LogListing:
     """List `_delta_log`, from ``start_version`` on when given (no listing of older files)."""
-    start_after = f"{start_version:020d}" if start_version else None
-    return LogListing.parse(storage.list_from(LOG_DIR, start_after))
+    return _parse_from(functools.partial(storage.list_from, LOG_DIR), start_version)
+
+
+def _parse_from(lister: Callable[[str | None], list[FileEntry]], start_version: int | None) -> LogListing:
+    return LogListing.parse(lister(f"{start_version:020d}" if start_version else None))
 
 
 def build_log_segment(
@@ -175,18 +185,19 @@ def build_log_segment(
 def listed_log_segment(storage: Storage, table: str, version: int | None = None) -> tuple[LogSegment, ListedLog]:
     """The log segment of ``version`` (latest when None) and the listing it came from."""
     hint = read_last_checkpoint(storage, table)
+    lister = storage.lister(LOG_DIR)
     listing: LogListing | None = None
     start = 0
     if hint is not None and (version is None or hint <= version):
-        listing, start = list_log(storage, hint), hint
+        listing, start = _parse_from(lister, hint), hint
         usable = [c for c in listing.checkpoints if version is None or c.version <= version]
         if not usable:
             log.info("%s: the checkpoint of %s (version %d) is not usable; listing the whole log",
                      table, LAST_CHECKPOINT, hint)
             listing, start = None, 0
     if listing is None:
-        listing = list_log(storage)
-    return _segment_from_listing(storage, table, listing, version), ListedLog(listing, start)
+        listing = _parse_from(lister, None)
+    return _segment_from_listing(storage, table, listing, version), ListedLog(listing, start, lister)
 
 
 def _segment_from_listing(storage: Storage, table: str, listing: LogListing, version: int | None) -> LogSegment:
