@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,11 +40,16 @@ class CountingStorage(LocalStorage):
         self.keys_listed = 0
         self.reads: list[str] = []
 
-    def list_from(self, directory: str, start_after: str | None = None) -> list[FileEntry]:
-        entries = super().list_from(directory, start_after)
-        self.lists += 1
-        self.keys_listed += len(entries)
-        return entries
+    def lister(self, directory: str) -> Callable[[str | None], list[FileEntry]]:
+        listing = super().lister(directory)  # list_from goes through it too
+
+        def counted(start_after: str | None) -> list[FileEntry]:
+            entries = listing(start_after)
+            self.lists += 1
+            self.keys_listed += len(entries)
+            return entries
+
+        return counted
 
     def read(self, key: str) -> bytes:
         self.reads.append(key)

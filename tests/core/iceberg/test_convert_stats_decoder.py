@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import deltalake
@@ -115,13 +116,18 @@ def test_a_full_conversion_lists_the_log_once(tmp_path: Path, version: int | Non
     is a LIST request, and a _last_checkpoint GET before it)."""
     table = _table(tmp_path / "t", checkpoint=True)
     listed: list[str] = []
-    list_from = LocalStorage.list_from
+    lister = LocalStorage.lister  # list_from goes through it too
 
-    def counting(self: LocalStorage, directory: str, start_after: str | None = None) -> list[FileEntry]:
-        listed.append(directory)
-        return list_from(self, directory, start_after)
+    def counting(self: LocalStorage, directory: str) -> Callable[[str | None], list[FileEntry]]:
+        listing = lister(self, directory)
 
-    monkeypatch.setattr(LocalStorage, "list_from", counting)
+        def counted(start_after: str | None) -> list[FileEntry]:
+            listed.append(directory)
+            return listing(start_after)
+
+        return counted
+
+    monkeypatch.setattr(LocalStorage, "lister", counting)
     result = convert(str(table), full=True, version=version)
     assert result.delta_version == 1 and result.files_added == FILES
     assert listed.count("_delta_log") == 1, listed
