@@ -14,6 +14,8 @@ life). The rules are Iceberg's, read from the table properties:
   ``file_manifests.MANIFEST_ROWS``) is full and stays, and a bin holds no more entries than that. Without it, a
   table whose full conversion wrote manifests under the target size (entries of few stats) would have them all
   rewritten by its next incremental run: 10M entries for a 100-file append.
+- Another: the bin holding the newest manifest merges without its oldest manifest while that one holds more than
+  ``TIER_RATIO`` times the others' entries (see there).
 - A merged manifest is added by the new snapshot with its sequence number. Its entries keep their data and file
   sequence numbers and snapshot ids; those the new snapshot added stay ADDED, the other live ones become EXISTING,
   and DELETED entries are kept only when the new snapshot deleted them (earlier deletes are history).
@@ -60,6 +62,12 @@ from airflow_deltaberg.core.storage import Storage
 DEFAULT_MIN_COUNT = 8
 DEFAULT_TARGET_SIZE_BYTES = 8 << 20  # Iceberg's
 FULL_ENTRIES = MANIFEST_ROWS
+#: The short bin leaves out its oldest manifest while that one holds more than this many times the entries of the
+#: others: they merge among themselves, and the big one is rewritten only once they hold an eighth of its entries.
+#: Merging it every ``min-count`` commits rewrote the whole short bin each time (a table converted after each of
+#: 10,000 one-file commits rewrote ~10k entries every 7th run); now a run rewrites O(entries / 8 / min-count) on
+#: average, and the bin still holds at most ``min-count`` manifests.
+TIER_RATIO = 8
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,8 @@ def merge_bins(manifests: ManifestTable, settings: MergeSettings, spec_id: int) 
         for bin_ in _pack(group.tolist(), lengths, entries, settings.target_bytes):
             if len(bin_) < 2 or (first in bin_ and len(bin_) < settings.min_count):
                 continue
+            if first in bin_ and len(bin_) > 2 and entries[bin_[0]] > TIER_RATIO * entries[bin_[1:]].sum():
+                bin_ = bin_[1:]  # its big oldest manifest waits until the others hold an eighth of its entries
             out.append(bin_)
     return out
 

@@ -256,3 +256,26 @@ def test_manifests_a_full_conversion_wrote_stay(tmp_path: Path, monkeypatch: pyt
         assert all(m.added_files_count + m.existing_files_count <= 4 for m in manifests)
     assert any(m.existing_files_count for m in manifests)  # the small ones merged
     _assert_rows_equal_delta(path, result)
+
+
+def test_a_big_manifest_waits_until_the_small_ones_hold_an_eighth_of_its_entries(tmp_path: Path) -> None:
+    """The short bin's big oldest manifest (here a full conversion's 96 entries) is left out of the merge while it
+    holds more than TIER_RATIO times the others' entries: the 7 small manifests merge alone (before, all 96 entries
+    were rewritten every min-count commits); once the others hold 13 entries it merges with them."""
+    path = tmp_path / "tiers"
+    for i in range(96):
+        _append(path, i)
+    (big,) = {m.manifest_path for m in _manifests(convert(str(path)))}
+    seen = []
+    for i in range(96, 96 + 2 * (DEFAULT_MIN_COUNT - 1)):
+        _append(path, i)
+        result = convert(str(path))
+        manifests = _manifests(result)
+        assert len(manifests) <= DEFAULT_MIN_COUNT
+        seen.append(big in {m.manifest_path for m in manifests})
+        if i == 96 + DEFAULT_MIN_COUNT - 2:  # the first merge: 7 small manifests, 7 entries
+            assert seen[-1] and len(manifests) == 2
+            assert sorted(m.added_files_count + m.existing_files_count for m in manifests) == [7, 96]
+    assert not seen[-1]  # the second merge (13 entries beside its 96) rewrote it
+    assert sum(m.added_files_count + m.existing_files_count for m in _manifests(result)) == 96 + 14
+    _assert_rows_equal_delta(path, result)
