@@ -2,7 +2,8 @@
 # Set up (see setup.sh), fetch the Spark jars (see fetch_jars.sh), lint, and run the test suite. Extra arguments go to
 # pytest. Without arguments (CI, .ci/run), the suite runs in two pytest-xdist workers (DELTABERG_TEST_WORKERS), and
 # tests/install runs a second time in .venv-floor (see setup_floor.sh): a plain install (no extras, no pyspark) on the
-# lowest declared Airflow; that venv is built while the main suite runs. DELTABERG_FLOOR_TESTS=1 runs it with
+# lowest declared Airflow; that venv is built, and its tests run, while the main suite runs (niced: they take the
+# CPU the two workers leave idle, e.g. once one of them has no module left). DELTABERG_FLOOR_TESTS=1 runs it with
 # arguments too, =0 never.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +14,10 @@ jars=$!
 scripts/setup.sh
 floor=${DELTABERG_FLOOR_TESTS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 if [ "$floor" = 1 ]; then
-  scripts/setup_floor.sh > .cache/setup_floor.log 2>&1 &
-  floor_setup=$!
+  # Its own basetemp: pytest's numbered folders under the default one are shared with the main run.
+  (scripts/setup_floor.sh && DELTABERG_FLOOR_VENV=1 exec nice -n 10 .venv-floor/bin/python -m pytest \
+     -p no:cacheprovider --basetemp=.cache/pytest-floor tests/install) > .cache/floor.log 2>&1 &
+  floor_job=$!
 fi
 if ! wait "$jars"; then
   cat .cache/fetch_jars.log >&2
@@ -34,10 +37,12 @@ if [ $status != 0 ]; then
   df -h . "${TMPDIR:-/tmp}" >&2 || true
 fi
 if [ "$floor" = 1 ]; then
-  if ! wait "$floor_setup"; then
-    cat .cache/setup_floor.log >&2
-    exit 1
+  if wait "$floor_job"; then
+    tail -n 1 .cache/floor.log
+  else
+    echo "tests/install in .venv-floor failed (.cache/floor.log):" >&2
+    tail -n 80 .cache/floor.log >&2
+    status=1
   fi
-  DELTABERG_FLOOR_VENV=1 .venv-floor/bin/python -m pytest -p no:cacheprovider tests/install || status=$?
 fi
 exit $status
