@@ -38,14 +38,41 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+#: The modules that took longest in a measured two-worker run (tests/README.md, "How long the suite takes"),
+#: longest first. A module is one unit of work, so one of these handed out last would run alone on one core at
+#: the end while the other worker has nothing left.
+LONGEST_MODULES = (
+    "deployment/test_example_dags_deployed.py",
+    "spark/test_iceberg_deletion_vectors.py",
+    "spark/test_iceberg_read_parity.py",
+    "operators/test_cluster_s3.py",
+    "core/iceberg/test_table_life.py",
+    "spark/test_engine_parity.py",
+    "core/test_fault_trials.py",
+    "spark/test_delta_parity.py",
+    "spark/test_enable_rewrite.py",
+    "fuzz/test_fuzz.py",
+    "spark/test_manifest_merge_iceberg_java.py",
+    "example_dags/test_example_dags.py",
+    "spark/test_regenerate.py",
+    "operators/test_enable_operator.py",
+    "spark/test_compat_v3_parity.py",
+    "spark/test_stats_cover_data_spark.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a pytest-xdist worker (scripts/test.sh: ``--dist loadfile --no-loadscope-reorder``, a module is one unit
-    of work, handed out in collection order): the modules with Spark tests first, so that the long units start
-    first and the short ones fill in at the end. A plain run keeps pytest's order."""
+    of work, handed out in collection order): LONGEST_MODULES first in their order, then the other modules with
+    Spark tests, then the rest, so that the long units start first and the short ones fill in at the end. A plain
+    run keeps pytest's order."""
     if not hasattr(config, "workerinput"):
         return
+    tests = Path(__file__).resolve().parent.parent
+    rank = {tests / name: index for index, name in enumerate(LONGEST_MODULES)}
     spark_modules = {item.path for item in items if item.get_closest_marker("spark")}
-    items.sort(key=lambda item: item.path not in spark_modules)  # stable: the order within each group is kept
+    # stable: the order within each group (and within each module) is kept
+    items.sort(key=lambda item: rank.get(item.path, len(rank) + (item.path not in spark_modules)))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
