@@ -170,14 +170,29 @@ def _local_error(exc: OSError, doing: str, *, writing: bool = False) -> StorageE
     return StorageError(f"{doing}: {exc.strerror or exc}")
 
 
-class LocalStorage(Storage):
-    """Storage on a local or mounted POSIX filesystem."""
+#: The bound of one storage call in seconds (an object store's with its client's retries): reads, writes and
+#: listings (on object stores pyarrow's included) end within it or with a StorageTimeoutError. Set by the storage
+#: option TIMEOUT_OPTION, else by the environment variable TIMEOUT_ENV.
+DEFAULT_TIMEOUT_S = 120.0
+TIMEOUT_OPTION = "deltaberg_timeout_s"
+TIMEOUT_ENV = "DELTABERG_STORAGE_TIMEOUT_S"
 
-    def __init__(self, root: str):
+
+class LocalStorage(Storage):
+    """Storage on a local or mounted POSIX filesystem.
+
+    Its own calls (reads, listings, lookups, writes, deletes) end within ``timeout_s`` (``core.storage_calls``):
+    a stalled NFS or FUSE mount blocks a system call for good. Each runs on a thread of its own, ~0.1 ms a call.
+    What pyarrow reads and writes through ``arrow_filesystem`` (checkpoints, data file footers, manifests) is not
+    bounded: docs/STORAGE_FAULTS.md says why."""
+
+    def __init__(self, root: str, timeout_s: float = DEFAULT_TIMEOUT_S):
         path = root[len("file://") :] if root.startswith("file://") else root
         super().__init__(os.path.abspath(path))
+        #: The bound of one call (see core.storage_calls).
+        self.timeout_s = timeout_s
         try:
-            os.stat(self.root)
+            self._bounded("look for", "", lambda: os.stat(self.root))
         except (FileNotFoundError, NotADirectoryError):
             pass  # no table there (yet): the callers say what that means
         except OSError as exc:  # a symbolic link loop, a folder this process may not enter, ...
@@ -186,9 +201,17 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/")) if key else self.root
 
+    def _bounded(self, action: str, key: str, call: Callable[[], Any]) -> Any:
+        """``call()`` within the bound (abandoned after it: a write may still land, like a stalled object-store
+        write that is waited for)."""
+        return within(self.timeout_s, call, f"{action} {self._path(key)}")
+
     def check_folder(self, key: str) -> None:
         """Also LinkOutsideTableError when a folder of the chain resolves (through links) outside the table root:
         files written below it would land there."""
+        self._bounded("look for", key, lambda: self._check_folder(key))
+
+    def _check_folder(self, key: str) -> None:
         root = os.path.realpath(self.root)
         path = self.root
         for part in key.strip("/").split("/"):
@@ -235,6 +258,9 @@ class LocalStorage(Storage):
             return read[0]
 
         def list_from(start_after: str | None) -> list[FileEntry]:
+            return self._bounded("list", directory, lambda: unbounded(start_after))
+
+        def unbounded(start_after: str | None) -> list[FileEntry]:
             # Names first, filtered in one pass: a folder is read whole however little of it is wanted, and a
             # Python object per entry made a listing of a 10,000-commit log cost ~4x the read itself.
             listed = names()
@@ -257,6 +283,9 @@ class LocalStorage(Storage):
         return list_from
 
     def list_folders(self, directory: str) -> list[str]:
+        return self._bounded("list", directory, lambda: self._list_folders(directory))
+
+    def _list_folders(self, directory: str) -> list[str]:
         try:
             with os.scandir(self._path(directory.strip("/"))) as it:
                 # A link to a folder is not followed: a fleet's listing stays below its prefix.
@@ -268,6 +297,9 @@ class LocalStorage(Storage):
         return sorted(names)
 
     def read(self, key: str) -> bytes:
+        return self._bounded("read", key, lambda: self._read(key))
+
+    def _read(self, key: str) -> bytes:
         try:
             with open(self._path(key), "rb") as f:
                 return f.read()
@@ -300,13 +332,20 @@ class LocalStorage(Storage):
         return tmp
 
     def write_if_absent(self, key: str, data: bytes) -> None:
+        self._bounded("write", key, lambda: self._write_if_absent(key, data))
+
+    def _write_if_absent(self, key: str, data: bytes) -> None:
         # Write fully under a temporary name, then hard-link: the link is atomic and fails if the
         # target exists, so readers never see a partial file and only one writer can win.
         tmp = self._write_temp(key, data)
         try:
             os.link(tmp, self._path(key))
         except FileExistsError as exc:
-            if not self._holds(key, data):
+            try:
+                held = self._read(key) == data
+            except FileNotFoundError:
+                held = False
+            if not held:
                 raise FileAlreadyExistsError(f"{self.uri(key)} already exists with other content") from exc
         except OSError as exc:
             raise _local_error(exc, f"cannot write {self._path(key)}", writing=True) from exc
@@ -314,6 +353,9 @@ class LocalStorage(Storage):
             os.unlink(tmp)
 
     def replace(self, key: str, data: bytes) -> None:
+        self._bounded("write", key, lambda: self._replace(key, data))
+
+    def _replace(self, key: str, data: bytes) -> None:
         tmp = self._write_temp(key, data)
         try:
             os.replace(tmp, self._path(key))
@@ -322,11 +364,11 @@ class LocalStorage(Storage):
             raise _local_error(exc, f"cannot write {self._path(key)}", writing=True) from exc
 
     def exists(self, key: str) -> bool:
-        return os.path.isfile(self._path(key))
+        return self._bounded("look for", key, lambda: os.path.isfile(self._path(key)))
 
     def delete(self, key: str) -> None:
         try:
-            os.unlink(self._path(key))
+            self._bounded("delete", key, lambda: os.unlink(self._path(key)))
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -527,12 +569,6 @@ def _shown_cause(exc: BaseException, redact: Callable[[str], str]) -> BaseExcept
     return exc
 
 
-#: The bound of one object-store call with its client's retries, in seconds: reads, writes and listings (pyarrow's
-#: included) end within it or with a StorageTimeoutError. Set by the storage option TIMEOUT_OPTION, else by the
-#: environment variable TIMEOUT_ENV.
-DEFAULT_TIMEOUT_S = 120.0
-TIMEOUT_OPTION = "deltaberg_timeout_s"
-TIMEOUT_ENV = "DELTABERG_STORAGE_TIMEOUT_S"
 # How much longer a cancellable write is waited for than its client's own cancellation at the bound.
 _CANCEL_GRACE_S = 5.0
 _CANCELLABLE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
@@ -791,7 +827,7 @@ def open_storage(location: str, storage_options: Mapping[str, Any] | None = None
     scheme = urlsplit(location).scheme
     options = dict(storage_options or {})
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
-        local = LocalStorage(location)
+        local = LocalStorage(location, call_timeout_s(options))
         local.storage_options = MappingProxyType(options)
         return local
     if location_secrets(location):

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 from pyiceberg.table.snapshots import Operation
 
-from airflow_deltaberg.core.errors import CorruptLogError
+from airflow_deltaberg.core.errors import CorruptLogError, StorageTimeoutError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, attempt_keys, write_state
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, converted_mapping_mode, resets_history
 from airflow_deltaberg.core.iceberg.earlier_histories import stamped_start
@@ -162,9 +162,15 @@ def snapshot_summary(manifests: ManifestTable, snapshot_id: int) -> dict[str, st
 def discarded_unless_published(storage: Storage, tip: Tip, plan: SnapshotPlan) -> Iterator[None]:
     """Run one attempt at the snapshot of ``plan`` on top of ``tip``: when it fails before its metadata file is
     published, the files it wrote (manifests, entry copies, manifest list, state) are deleted, so that a refused
-    or failed conversion leaves nothing behind. Once the metadata file names them they stay, whatever fails next."""
+    or failed conversion leaves nothing behind. Once the metadata file names them they stay, whatever fails next.
+    So do they after a storage call given up on at its bound: that write may still land (a metadata file naming
+    them); ``attempt_cleanup`` removes them later if it never does."""
     try:
         yield
+    except StorageTimeoutError:
+        log.warning("%s: a storage call of conversion attempt %s did not end within its bound; its files stay (a "
+                    "write given up on may still land)", plan.table, plan.attempt)
+        raise
     except BaseException:
         if not _published_by(storage, tip.next_version, plan.attempt):
             try:
