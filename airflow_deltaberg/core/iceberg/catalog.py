@@ -149,13 +149,19 @@ def check_identifier(identifier: str | tuple[str, ...], table: str) -> tuple[str
     return parts
 
 
+def configured_commit_mode(config: Mapping[str, Any] | None) -> CommitMode:
+    """The ``commit_mode`` of the catalog ``config`` configures, decided from the configuration alone."""
+    config = config or {}
+    return _commit_mode(str(config.get("type", "sql")).lower() == "sql", config.get(COMMIT_MODE_PROPERTY))
+
+
 def check_format_version(name: str, config: Mapping[str, Any] | None, format_version: int) -> None:
     """Raise CatalogError when the catalog configured by ``config`` cannot take tables of ``format_version``:
     committing metadata updates to any catalog but a REST one has pyiceberg write the new metadata file, and
     pyiceberg 0.12 writes no v3. Decided from the configuration alone (nothing is opened)."""
     config = config or {}
     kind = str(config.get("type", "sql")).lower()
-    mode = _commit_mode(kind == "sql", config.get(COMMIT_MODE_PROPERTY))
+    mode = configured_commit_mode(config)
     if format_version >= 3 and mode == "updates" and kind != "rest":
         raise CatalogError(
             f"catalog {name!r} (type {kind}) cannot take Iceberg format version {format_version} tables: its commits "

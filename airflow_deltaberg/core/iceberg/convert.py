@@ -30,6 +30,7 @@ from airflow_deltaberg.core.iceberg.catalog import (
     check_catalog_target,
     check_format_version,
     check_identifier,
+    configured_commit_mode,
     open_catalog,
     point_catalog,
 )
@@ -194,7 +195,8 @@ def convert(
     catalog = None
     if identifier is not None:
         check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
-        catalog = open_catalog(catalog_name, catalog_config)
+        if configured_commit_mode(catalog_config) == "updates":  # the SQL catalog's pointer moves onto any table
+            catalog = open_catalog(catalog_name, catalog_config)
 
     def check_catalog(table_uuid: str, delta_table_id: str | None) -> None:
         """Before a write: can the catalog be pointed to metadata of ``table_uuid``?"""
@@ -269,8 +271,8 @@ def convert(
     tip = Tip(expiry.published or tip.published, tip.state)
     # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
     ensure_version_hint(table.storage, tip.published.version)
-    if catalog is not None:
-        point_catalog(catalog, identifier, tip.published.location)
+    if identifier is not None:
+        point_catalog(catalog or open_catalog(catalog_name, catalog_config), identifier, tip.published.location)
     # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
     # metadata files that fell out of the metadata log.
     delete_expired_files(table.storage, expiry)
