@@ -19,7 +19,7 @@ from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.openlineage import operators as lineage
 from airflow_deltaberg.operators.delta_asset import add_delta_asset, is_template
 from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
-from airflow_deltaberg.operators.validate import _parse_version
+from airflow_deltaberg.operators.validate import parse_version
 from airflow_deltaberg.version_compat import AirflowFailException
 
 
@@ -139,7 +139,7 @@ class DeltaToIcebergOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         fail_on_broken_notifiers(self, context)
         try:
-            version = _parse_version(self.version)
+            version = parse_version(self.version)
             identifier = checked_catalog_arguments(self.identifier, self.catalog_config, self.table_uri)
         except ValueError as exc:
             raise AirflowFailException(f"DeltaToIcebergOperator({self.table_uri}): {exc}") from exc
@@ -176,7 +176,7 @@ class DeltaToIcebergOperator(BaseOperator):
                 raise
             raise AirflowFailException(self._failure_message(exc, version)) from exc
 
-        self.log.info(_summary_line(result))
+        self.log.info(summary_line(result))
         for warning in result.warnings:  # what Iceberg readers of the table should know
             self.log.warning("%s: %s", result.table, warning)
         self._emit_asset_event(context, result)
@@ -271,7 +271,7 @@ def _where(version: int | None) -> str:
     return "the latest version" if version is None else f"version {version}"
 
 
-def _summary_line(result: ConversionResult) -> str:
+def summary_line(result: ConversionResult) -> str:
     registered = f", registered as {result.identifier}" if result.identifier else ""
     return (
         f"Delta -> Iceberg {result.mode}: {result.table} at Delta version {result.delta_version} -> snapshot "

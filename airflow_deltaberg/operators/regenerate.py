@@ -19,12 +19,12 @@ from airflow_deltaberg.hooks.catalog import masked_properties
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.openlineage import operators as lineage
 from airflow_deltaberg.operators.convert import (
-    _summary_line,
     add_iceberg_outlet,
     asset_alias_name,
     catalog_properties,
     checked_catalog_arguments,
     emit_asset_event,
+    summary_line,
 )
 from airflow_deltaberg.operators.delta_asset import add_delta_asset
 from airflow_deltaberg.operators.notifier_check import fail_on_broken_notifiers
@@ -35,7 +35,7 @@ from airflow_deltaberg.operators.spark_submit import (
     raise_task_failure,
     spark_target,
 )
-from airflow_deltaberg.operators.validate import _parse_version
+from airflow_deltaberg.operators.validate import parse_version
 from airflow_deltaberg.version_compat import AirflowException, AirflowFailException
 
 REGENERATE_MODULE = "airflow_deltaberg.spark.regenerate"
@@ -52,7 +52,7 @@ def version_bounds(version: Any, version_range: Any) -> tuple[int | None, int | 
     ``version_range`` is the Delta commit sensor's XCom, ``{"from_version": a, "to_version": b}`` (a dict, or its
     JSON / Python text when a template rendered it as a string); its ``to_version`` is the version converted to.
     """
-    target = _parse_version(version)
+    target = parse_version(version)
     if version_range is None or (isinstance(version_range, str) and version_range.strip() in ("", "None")):
         return None, target
     if isinstance(version_range, str):
@@ -65,8 +65,8 @@ def version_bounds(version: Any, version_range: Any) -> tuple[int | None, int | 
                 raise ValueError(f"version_range must be a mapping, got {version_range!r}") from None
     if not isinstance(version_range, Mapping):
         raise ValueError(f"version_range must be a mapping with to_version, not {type(version_range).__name__}")
-    start = _parse_version(version_range.get("from_version"))
-    end = _parse_version(version_range.get("to_version"))
+    start = parse_version(version_range.get("from_version"))
+    end = parse_version(version_range.get("to_version"))
     if end is None:
         raise ValueError(f"version_range has no to_version: {dict(version_range)!r}")
     if start is not None and start > end:
@@ -193,7 +193,7 @@ class DeltaIcebergRegenerateOperator(SparkSubmitOperator):
             if payload is None:
                 raise AirflowException(f"the Spark application wrote no result to {run.result_location}")
         result = ConversionResult(**payload)
-        self.log.info(_summary_line(result))
+        self.log.info(summary_line(result))
         self._emit_asset_event(context, result)
         lineage.keep(self, result=result)
         return result.to_dict()

@@ -28,7 +28,7 @@ def _parse_level(value: Any) -> Level:
         raise ValueError(f"level must be one of {valid}, not {value!r}") from None
 
 
-def _parse_version(value: Any) -> int | None:
+def parse_version(value: Any) -> int | None:
     """A table version from a rendered template field: None, an int, or a string of digits."""
     if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
         return None
@@ -97,7 +97,7 @@ class DeltaValidateOperator(BaseOperator):
         fail_on_broken_notifiers(self, context)
         try:
             level = _parse_level(self.level)
-            version = _parse_version(self.version)
+            version = parse_version(self.version)
         except ValueError as exc:
             raise AirflowFailException(f"DeltaValidateOperator({self.table_uri}): {exc}") from exc
         lineage.keep(self, start=True)

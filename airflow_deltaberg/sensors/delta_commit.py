@@ -13,7 +13,7 @@ from airflow_deltaberg.core.errors import DeltabergError, StorageError
 from airflow_deltaberg.core.storage import open_storage
 from airflow_deltaberg.core.watch import START_GIVEN, START_ICEBERG, START_PREVIOUS_RUN
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
-from airflow_deltaberg.operators.validate import _parse_version
+from airflow_deltaberg.operators.validate import parse_version
 from airflow_deltaberg.triggers.delta_commit import (
     ERROR,
     SUCCESS,
@@ -114,7 +114,7 @@ class DeltaCommitSensor(BaseSensorOperator):
         """(start version, source); for ``iceberg`` the version is read by each check, so None here."""
         if self._start is None:
             try:
-                given = _parse_version(self.start_version)
+                given = parse_version(self.start_version)
             except ValueError as exc:
                 raise AirflowFailException(f"DeltaCommitSensor({self.table_uri}): start_version: {exc}") from exc
             if given is not None:
