@@ -45,16 +45,6 @@ def relative_dv_key(path_or_inline_dv: str) -> str:
     return f"{folder}/{name}" if folder else name
 
 
-def dv_location(table_root: str, descriptor: Mapping[str, Any]) -> str:
-    """The protocol's absolutePath of an on-disk DV (``u``: below ``table_root``; ``p``: as logged)."""
-    kind, value = descriptor["storageType"], descriptor["pathOrInlineDv"]
-    if kind == "u":
-        return f"{table_root.rstrip('/')}/{relative_dv_key(value)}"
-    if kind == "p":
-        return value
-    raise ValueError(f"a deletion vector of storage type {kind!r} has no file")
-
-
 def _open_table(table: Storage | str, storage_options: Mapping[str, Any] | None) -> Storage:
     return table if isinstance(table, Storage) else open_storage(table, storage_options)
 

@@ -58,14 +58,6 @@ def _decode_chunks(text: str) -> bytes:
     return values.astype(">u4").tobytes()
 
 
-def z85_encode(data: bytes) -> str:
-    """Z85 text for ``data``, zero-padded to a multiple of 4 bytes (as Delta writes it)."""
-    padded = bytes(data) + b"\0" * (-len(data) % 4)
-    values = np.frombuffer(padded, dtype=">u4").astype(np.uint64)
-    digits = (values[:, None] // _POWERS) % 85
-    return _CHARS[digits.reshape(-1)].tobytes().decode("ascii")
-
-
 def z85_uuid(text: str) -> uuid.UUID:
     """The UUID that 20 Z85 characters encode (16 bytes, most significant first)."""
     if len(text) != 20:

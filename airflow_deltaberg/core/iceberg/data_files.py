@@ -12,7 +12,6 @@ from pyiceberg.partitioning import PartitionSpec
 from airflow_deltaberg.core.delta.file_footer import data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.paths import rows_holding
-from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.stats import negative_count
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.metrics import (
@@ -115,22 +114,6 @@ def check_record_total(counts: pa.Array, files: pa.Table, locations: pa.Array, t
     raise CorruptLogError(f"the numRecords of the data files sum to {total}, beyond the long in which Iceberg keeps "
                           f"row counts: numRecords {int(values[row])} of data file {location} cannot be its row "
                           "count; nothing was converted", table=table, version=version, file=location)
-
-
-def data_file_entries(
-    snapshot: Snapshot,
-    converted: ConvertedSchema,
-    spec: PartitionSpec,
-    storage: Storage,
-    *,
-    snapshot_id: int,
-    sequence_number: int,
-) -> pa.Table:
-    """One ADDED manifest entry per live file of ``snapshot``."""
-    return entries_for_files(
-        snapshot.files, snapshot.metadata, converted, spec, storage, table=snapshot.table,
-        snapshot_id=snapshot_id, sequence_number=sequence_number,
-    )
 
 
 def entries_for_files(

@@ -27,20 +27,19 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFileContent, ManifestContent, read_manifest_list
 from pyiceberg.table import StaticTable
 from pyiceberg.table.snapshots import Operation
+from support.deletion_vectors import data_file_entries, dv_location, z85_encode
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.commit import write_commit
 from airflow_deltaberg.core.delta.deletion_vectors import (
-    dv_location,
     read_deletion_vector,
     read_deletion_vectors,
     relative_dv_key,
 )
 from airflow_deltaberg.core.delta.file_tables import dv_unique_id
 from airflow_deltaberg.core.delta.roaring import NATIVE_MAGIC, PORTABLE_MAGIC, decode_roaring_bitmap_array
-from airflow_deltaberg.core.delta.z85 import z85_decode, z85_encode, z85_uuid
+from airflow_deltaberg.core.delta.z85 import z85_decode, z85_uuid
 from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
-from airflow_deltaberg.core.iceberg.data_files import data_file_entries
 from airflow_deltaberg.core.iceberg.manifest import write_manifest, write_manifest_list
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.position_deletes import (
