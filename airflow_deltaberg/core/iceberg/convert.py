@@ -219,9 +219,15 @@ def convert(
         mode = "incremental"
         if full or published is None or converted_version > target or upgrade or fall_back is not None:
             mode = "full"
-            if upgrade:
-                log.info("%s: full conversion to upgrade the Iceberg table from format version %s to %s",
-                         table.location, published_format, wanted_format)
+            # Said in the result, as every full conversion an incremental one could have been.
+            if fall_back is None and not full and upgrade:
+                fall_back = (f"the Iceberg table is upgraded from format version {published_format} to "
+                             f"{wanted_format}, which takes a full conversion")
+            elif fall_back is None and not full and published is not None and converted_version > target:
+                fall_back = (f"Delta version {target} is older than the converted {converted_version}: its files are "
+                             "converted in full")
+            if fall_back is not None:
+                log.info("%s: full conversion: %s", table.location, fall_back)
         else:
             progress = convert_incremental(table, tip, target, storage_options, verify_stats=verify_stats,
                                            strict=strict, table_properties=table_properties, listed=listed)
