@@ -23,15 +23,18 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import QueryBuilder, write_deltalake
+from support.environment import REPO_ROOT
 from support.spark_session import delta_spark_jars, run_spark_submit
 
 from airflow_deltaberg.core.compat.validate import validate
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import CommitConflictError
-from airflow_deltaberg.spark import ENABLE_REWRITE_APP
 from airflow_deltaberg.spark.enable_rewrite import run_rewrite
 
 pytestmark = pytest.mark.spark
+
+#: The application file of the IcebergWriterCompatV1 data rewrite, as spark-submit takes it.
+ENABLE_REWRITE_APP = str(REPO_ROOT / "airflow_deltaberg" / "spark" / "enable_rewrite.py")
 
 FIELD_ID = b"PARQUET:field_id"
 UTC = dt.UTC

@@ -64,9 +64,6 @@ class VariantType(it.PrimitiveType):
         return 3
 
 
-#: Delta types only Iceberg v3 holds: variant, and the geospatial types (their CRS, and edge algorithm, in the
-#: type name: geometry(OGC:CRS84), geography(OGC:CRS84, spherical)).
-V3_ONLY_TYPES = ("variant", "geometry", "geography")
 _GEO_PARAMETERS = re.compile(r"^(geometry|geography)(?:\((.*)\))?$")
 
 

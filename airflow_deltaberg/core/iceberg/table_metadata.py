@@ -19,7 +19,6 @@ DELTA_VERSION = "delta-version"
 DELTA_TIMESTAMP = "delta-timestamp"
 DELTA_TABLE_ID = "delta-table-id"
 DELTA_COLUMN_MAPPING_MODE = "delta-column-mapping-mode"
-CONVERTER = "converted-by"
 
 #: The table metadata models this converter writes and reads.
 TableMetadata = TableMetadataV2 | TableMetadataV3

@@ -54,8 +54,6 @@ def previous_versions_max(properties: Mapping[str, Any], *, table: str) -> int:
     return max(1, int_property(properties, PREVIOUS_VERSIONS_MAX, DEFAULT_PREVIOUS_VERSIONS, minimum=0, table=table))
 
 
-def delete_after_commit(properties: Mapping[str, Any], *, table: str) -> bool:
-    return bool_property(properties, DELETE_AFTER_COMMIT, DEFAULT_DELETE_AFTER_COMMIT, table=table)
 
 
 #: Manifest merging (``manifest_merge``): read here so that every property a run may set is checked in one place.
