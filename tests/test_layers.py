@@ -8,9 +8,10 @@ module must be placed). Layers, lowest first:
   0 core base: the package root, version, core.errors, core.redact, core.storage, core.arrow_util, ...
   1 core.delta
   2 core.compat, core.iceberg (each knows nothing of the other)
-  3 core.enable, core.watch, core.fleet, core.fleet_html
+  3 core.enable, core.watch, core.fleet, core.fleet_html, core.lake_page
   4 airflow_deltaberg.spark (PySpark applications; no Airflow)
-  5 cli, operators, sensors, triggers, hooks, notifications, openlineage, provider_info, version_compat, assets
+  5 cli, operators, sensors, triggers, hooks, notifications, openlineage, plugins, provider_info, version_compat,
+    assets
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ MODULES: dict[str, int] = {
     f"{PACKAGE}.core.watch": 3,
     f"{PACKAGE}.core.fleet": 3,  # the fleet's tables and report (watch's versions)
     f"{PACKAGE}.core.fleet_html": 3,
+    f"{PACKAGE}.core.lake_page": 3,  # the plugin page's HTML (no Airflow)
     f"{PACKAGE}.cli": 5,
     f"{PACKAGE}.provider_info": 5,
     f"{PACKAGE}.version_compat": 5,  # the Airflow names that moved between 3.1 and 3.3
@@ -50,6 +52,7 @@ PACKAGES: dict[str, int] = {
     f"{PACKAGE}.hooks": 5,
     f"{PACKAGE}.notifications": 5,
     f"{PACKAGE}.openlineage": 5,  # the operators' OpenLineage facets (the client imported lazily)
+    f"{PACKAGE}.plugins": 5,  # the Airflow UI plugin and what it reads from Airflow's DB
 }
 
 #: What a part of the package may not load, directly or through any chain of imports (ARCHITECTURE.md, Layers).

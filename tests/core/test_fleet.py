@@ -74,8 +74,8 @@ class _Page(HTMLParser):
         values = dict(attrs)
         if tag == "tr" and values.get("data-table"):
             self.rows.append(values["data-table"] or "")
-        if tag == "g" and values.get("data-table"):
-            self.bars[values["data-table"] or ""] = values.get("data-status") or ""
+        if tag == "g" and values.get("data-label"):
+            self.bars[values["data-label"] or ""] = values.get("data-status") or ""
 
 
 def test_the_report_gives_lag_compliance_and_rows_and_its_page_draws_them(tmp_path: Path) -> None:

@@ -73,8 +73,8 @@ class ReportPage(HTMLParser):
             self.rows[self._row or ""] = []
         elif tag == "td" and self._row is not None:
             self._cell = []
-        elif tag == "g" and values.get("data-table"):
-            self.bars[values["data-table"] or ""] = values.get("data-status") or ""
+        elif tag == "g" and values.get("data-label"):
+            self.bars[values["data-label"] or ""] = values.get("data-status") or ""
 
     def handle_data(self, data: str) -> None:
         if self._cell is not None:
