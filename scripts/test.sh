@@ -11,6 +11,8 @@ mkdir -p .cache
 # The Spark jars tests/spark needs (cached in .jars/; Maven starts a JVM per artifact), fetched while .venv is set up.
 scripts/fetch_jars.sh > .cache/fetch_jars.log 2>&1 &
 jars=$!
+# Headless Chromium for the browser test (skipped when installed), in the background too; the test waits for it.
+scripts/install_chromium.sh > .cache/install_chromium.log 2>&1 &
 scripts/setup.sh
 floor=${DELTABERG_FLOOR_TESTS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 if [ "$floor" = 1 ]; then

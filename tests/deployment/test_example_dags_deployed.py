@@ -12,7 +12,14 @@ fires exactly one run, which converts it; then the triggerer is killed (SIGKILL)
 while none runs, and a triggerer started again fires one run for that batch alone (none repeated, none lost). Its
 convert task declares the Iceberg table as its outlet: a DAG scheduled on that asset (CONSUMER, beside the
 examples) runs after each conversion and reads the event's extra; the api-server's assets API names the producing
-task and the scheduled DAG."""
+task and the scheduled DAG.
+
+The fleet example, unpaused at the start, validates and converts four tables under a prefix (one with a corrupt
+commit) meanwhile. At the end the provider's plugin page is checked in headless Chromium (support.browser): in
+Airflow's UI, its nav entry shows the "Delta -> Iceberg" page, which lists the fleet's
+tables and the two examples' tables, the broken one as failed; the table that got a commit after the fleet ran has
+a bar of its lag, on the page and in its lag over time (screenshots saved in the test's tmp dir, checked not
+blank); the connection forms of the provider's two connection types show their fields."""
 
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from pyiceberg.catalog import load_catalog
+from support.browser import chromium_page, colours, require_chromium
 from support.deployment import Deployment, deployment
 from support.environment import REPO_ROOT
 from support.spark_session import SUBMIT_CONF, java
@@ -59,6 +67,7 @@ with DAG("{CONSUMER_DAG_ID}", schedule=[Asset("iceberg://deltaberg/lake/watched"
 
     conversions()
 """
+FLEET_DAG_ID = "deltaberg_fleet"
 STORAGE_SECRET = "fake-storage-secret-d3pl0y-5t0r4g3"
 CATALOG_SECRET = "fake-catalog-token-d3pl0y-c4t4l0g"
 
@@ -193,6 +202,78 @@ def check_iceberg_asset_consumer(deploy: Deployment, table: Path, conversions: l
     assert [d["dag_id"] for d in delta["scheduled_dags"]] == [WATCHER_DAG_ID]
 
 
+def build_fleet(root: Path) -> None:
+    """Three deltalake tables and one whose second commit is not JSON, under ``root``."""
+    for i in range(3):
+        write_deltalake(str(root / f"sales_{i}"), pa.table({"id": [i, i + 1]}))
+    broken = root / "broken"
+    write_deltalake(str(broken), pa.table({"id": [1, 2]}))
+    write_deltalake(str(broken), pa.table({"id": [3]}), mode="append")
+    (broken / "_delta_log" / "00000000000000000001.json").write_text('{"add": {"path": "x.parquet", "si')
+
+
+def finished_fleet_run(deploy: Deployment) -> tuple[str, str] | None:
+    rows = deploy.query("SELECT run_id, state FROM dag_run WHERE dag_id = ? AND state IN ('success', 'failed')",
+                        FLEET_DAG_ID)
+    return rows[0] if rows else None
+
+
+def bar_widths(frame: Any, chart: str) -> dict[str, float]:
+    """The width of each bar of a chart, by its label, as the browser laid it out."""
+    widths = {}
+    for bar in frame.locator(f"{chart} g.bar").all():
+        box = bar.locator("rect").bounding_box()
+        widths[bar.get_attribute("data-label")] = box["width"] if box else 0.0
+    return widths
+
+
+def connection_form_labels(page: Any, base: str, hook_name: str) -> list[str]:
+    """The field labels of the UI's Add Connection form once the connection type ``hook_name`` is chosen."""
+    page.goto(base + "/connections")
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    box = dialog.get_by_role("combobox")
+    box.click()
+    box.fill(hook_name)
+    page.keyboard.press("Enter")
+    dialog.get_by_text("Extra Fields JSON").wait_for(timeout=60_000)
+    return [label.inner_text().strip().rstrip("*").strip() for label in dialog.locator("label").all()]
+
+
+def check_plugin_page(deploy: Deployment, shots: Path, tables: set[str], lagging: str) -> None:
+    """The provider's page in Airflow's UI, in headless Chromium (see the module's docstring)."""
+    from airflow_deltaberg.provider_info import CONNECTION_TYPES
+
+    base = f"http://127.0.0.1:{deploy.api_port}"
+    with chromium_page() as page:  # every user is an admin in this deployment: no login
+        page.goto(base + "/")
+        page.get_by_role("button", name="Browse").click()
+        page.get_by_role("menuitem", name="Delta -> Iceberg").click()  # the plugin's nav entry
+        page.wait_for_url("**/plugin/delta-iceberg", timeout=60_000)
+        frame = page.frame_locator("iframe")
+        frame.locator("#tables").wait_for(timeout=120_000)
+        rows = {row.get_attribute("data-table"): row.get_attribute("class")
+                for row in frame.locator("#tables tbody tr").all()}
+        assert tables <= set(rows), rows
+        assert rows["broken"] == "failed", rows
+        widths = bar_widths(frame, "#lag-chart")
+        assert widths[lagging] > 0 and widths["broken"] > 0, widths
+        page.screenshot(path=shots / "delta-iceberg.png", full_page=True)
+        assert colours(page, shots / "delta-iceberg.png") > 20
+
+        frame.get_by_role("link", name=lagging, exact=True).click()
+        frame.locator("#history-chart").wait_for(timeout=120_000)
+        history = bar_widths(frame, "#history-chart")
+        assert history and list(history.values())[-1] > 0, history  # the newest point: one commit behind
+        page.screenshot(path=shots / "delta-iceberg-table.png", full_page=True)
+        assert colours(page, shots / "delta-iceberg-table.png") > 20
+
+        for entry in CONNECTION_TYPES:
+            labels = connection_form_labels(page, base, entry["hook-name"])
+            wanted = [field["label"] for field in entry["conn-fields"].values()]
+            assert set(wanted) <= set(labels), (entry["connection-type"], labels)
+
+
 def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(copy_fixture,
                                                                                  tmp_path: Path) -> None:
     started = time.monotonic()
@@ -202,13 +283,16 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         phases[name] = time.monotonic() - started - sum(phases.values())
 
     java()
+    require_chromium()
     table = copy_fixture("basic_partitioned")
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
     convert(str(table), catalog_config=catalog, identifier="lake.basic")  # Iceberg up to date at Delta version 1
     watched = tmp_path / "watched"
     write_deltalake(str(watched), pa.table({"id": [1, 2]}))
     convert(str(watched), catalog_config=catalog, identifier="lake.watched")  # Iceberg at Delta version 0
-    phase("copy and convert the fixture")
+    fleet = tmp_path / "fleet"
+    build_fleet(fleet)
+    phase("copy and convert the fixture, write the fleet")
     setting = DAG_ID.upper() + "_"
     settings = {
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
@@ -222,6 +306,10 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         **{WATCHER_DAG_ID.upper() + "_" + name: value for name, value in {
             "TABLE_URI": str(watched), "IDENTIFIER": "lake.watched", "STORAGE_CONN_ID": "lake_storage",
             "CATALOG_CONN_ID": "lake_catalog", "POLL_SECONDS": "1"}.items()},
+        "DELTABERG_FLEET_TABLES_PREFIX": str(fleet),
+        "DELTABERG_FLEET_CATALOG": json.dumps(catalog),
+        # A worker parses the DAG file before its task: on a loaded machine four at once took over the default 30 s.
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
         # A killed triggerer's triggers go to a new one once its heartbeat is this old (default 30 s).
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # the assets API without a login
@@ -241,7 +329,10 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
             "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", DAG_ID), timeout=180)
         assert stored == [(1,)]  # paused when first seen
         deploy.airflow("dags", "unpause", DAG_ID)
-        phase("DAG parsed and unpaused")
+        deploy.wait_for("the dag-processor to store the fleet DAG", lambda: deploy.query(
+            "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", FLEET_DAG_ID), timeout=180)
+        deploy.airflow("dags", "unpause", FLEET_DAG_ID)  # one run (catchup off), beside the rest
+        phase("DAGs parsed and unpaused")
         run_id, classpath, _triggerer = deploy.wait_for("the sensor to defer to the triggerer",
                                                         lambda: deferred_trigger(deploy), timeout=180)
         assert classpath == "airflow_deltaberg.triggers.delta_commit.DeltaCommitTrigger"
@@ -261,7 +352,7 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         assert set(dags) == {
             (DAG_ID, 0, "@continuous"), ("deltaberg_scheduled_conversion", 1, "None"),
             ("deltaberg_compliance_monitoring", 1, "None"), ("deltaberg_enable_writer_compat", 0, "None"),
-            (WATCHER_DAG_ID, 1, "Asset"), ("deltaberg_fleet", 1, "None"), (CONSUMER_DAG_ID, 0, "Asset")}
+            (WATCHER_DAG_ID, 1, "Asset"), (FLEET_DAG_ID, 0, "0 0 * * *"), (CONSUMER_DAG_ID, 0, "Asset")}
         states = deploy.task_states(DAG_ID, run_id)
         assert (state, states) == ("success", dict.fromkeys(("wait_for_commits", "regenerate", "check_row_counts"),
                                                             "success")), deploy.diagnostics()
@@ -277,6 +368,17 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         assert {"task_id=wait_for_commits", "task_id=regenerate", "task_id=check_row_counts"} <= task_logs
         check_asset_watcher(deploy, watched, catalog)
         phase("asset watcher: two appends, two runs, the triggerer killed between them")
+        fleet_run = deploy.wait_for("the fleet run", lambda: finished_fleet_run(deploy), timeout=600)
+        fleet_states = deploy.query("SELECT task_id, map_index, state FROM task_instance WHERE dag_id = ? "
+                                    "AND state != 'success'", FLEET_DAG_ID)
+        assert fleet_run[1] == "success" and {(t, s) for t, _, s in fleet_states} == {
+            ("validate", "failed"), ("convert", "failed")}, (fleet_states, deploy.diagnostics())
+        write_deltalake(str(fleet / "sales_1"), pa.table({"id": [9]}), mode="append")  # one version behind
+        phase("fleet run finished")
+        require_chromium()
+        check_plugin_page(deploy, tmp_path, {"lake.sales_0", "lake.sales_1", "lake.sales_2", "broken",
+                                                    "lake.basic", "lake.watched"}, "lake.sales_1")
+        phase("plugin page and connection forms in Chromium")
     phase("processes stopped")
     assert iceberg_rows(catalog, "lake.basic") == delta_rows(table)
     assert secrets_found(deploy, (STORAGE_SECRET, CATALOG_SECRET)) == []
