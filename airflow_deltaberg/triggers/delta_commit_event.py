@@ -16,6 +16,7 @@ thread: the triggerer's event loop is shared by every trigger it runs.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -130,6 +131,7 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
         storage: Storage | None = None
         cursor = await self._load_cursor()
         seen: int | None = None  # the newest Delta version the last poll saw; None: poll in full
+        first = True
         while True:
             try:
                 if storage is None:
@@ -146,4 +148,7 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
                 # Stored once the event is handed to the triggerer, which persists it within its next sync.
                 cursor = payload["to_version"]
                 await self._store_cursor(cursor)
-            await asyncio.sleep(self.poll_interval)
+            # The first pause is a random part of the interval: the triggers a triggerer starts together would
+            # otherwise poll together for ever, and their events reach its supervisor in bursts.
+            await asyncio.sleep(self.poll_interval * (random.random() if first else 1.0))
+            first = False

@@ -237,3 +237,32 @@ def test_a_poll_with_nothing_new_lists_the_log_and_reads_nothing(tmp_path: Path)
     assert len(later) >= 3 and set(later) == {"list _delta_log"}, quiet
     # Once the log moved, the poll is a full one again: the event has the Iceberg start and the table id.
     assert versions(payload) == (0, 1, 1, 1) and payload["table_id"] is not None
+
+
+def test_the_first_pause_is_a_random_part_of_the_interval_then_the_interval(tmp_path: Path, monkeypatch) -> None:
+    # Triggers a triggerer starts together must not poll together for ever (their events would come in bursts).
+    from airflow_deltaberg.triggers import delta_commit_event
+
+    table = tmp_path / "t"
+    write_deltalake(str(table), DATA)
+    convert(str(table))
+    pauses: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recorded(seconds: float) -> None:
+        pauses.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(delta_commit_event.random, "random", lambda: 0.25)
+    trigger = started(table, FakeStore({"a": {}}))
+    trigger.poll_interval = 40
+
+    async def scenario() -> None:
+        monkeypatch.setattr(delta_commit_event.asyncio, "sleep", recorded)
+        events = Running(trigger)
+        while len(pauses) < 3:
+            await real_sleep(0.01)
+        await events.aclose()
+
+    asyncio.run(scenario())
+    assert pauses[:3] == [10.0, 40, 40]
