@@ -58,8 +58,8 @@ def group_manifests(result: GroupResult) -> GroupManifests:
                           None if deletes is None else pa.ipc.open_stream(deletes).read_all())
 
 
-class SparkManifestWriter:
-    """A ``ManifestEngine`` for core ``convert()`` (its ``manifest_writer``): Spark executors write the groups.
+class SparkManifestEngine:
+    """A ``ManifestEngine`` for core ``convert()`` (its ``manifest_engine``): Spark executors write the groups.
 
     :param spark: a SparkSession, or a function that starts one (called on the first full conversion only).
     :param groups_per_task: how many groups (data manifests) each Spark task writes.
@@ -82,7 +82,7 @@ class SparkManifestWriter:
         return self._spark
 
     def stop(self) -> None:
-        """Stop the session if this writer started it."""
+        """Stop the session if this engine started it."""
         if self._started:
             self._spark.stop()
             self._started = False

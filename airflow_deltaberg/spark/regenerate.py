@@ -8,7 +8,7 @@ written by Spark executors.
 It runs the core conversion (``core.iceberg.convert``). Incremental runs (one Iceberg snapshot per new Delta
 commit, typically a few commits) stay in the driver. A full conversion (the first run, ``--full``, or the
 fallback when the commits since the last run are gone) hands the groups of its manifests to
-``SparkManifestWriter`` (``spark.manifest_engine``): the driver runs the core's replay, stats reading, pruning
+``SparkManifestEngine`` (``spark.manifest_engine``): the driver runs the core's replay, stats reading, pruning
 order and grouping, and Spark tasks write the groups' manifests and delete files with the core's ``write_group``;
 the driver then writes the delete manifests, state, manifest list, metadata.json and catalog pointer. The Spark
 session is only started for a full conversion.
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 from airflow_deltaberg.spark.protocol import add_protocol_arguments, json_object_argument, run_application
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def session() -> Any:
 
 def regenerate(
     location: str,
-    writer: SparkManifestWriter,
+    engine: SparkManifestEngine,
     *,
     version: int | None = None,
     full: bool = False,
@@ -56,10 +56,10 @@ def regenerate(
     identifier: str | None = None,
     format_version: int | None = None,
 ) -> ConversionResult:
-    """The core conversion, with ``writer`` for the manifests of a full conversion."""
+    """The core conversion, with ``engine`` for the manifests of a full conversion."""
     return convert(location, storage_options=storage_options, catalog_config=catalog_config,
                    catalog_name=catalog_name, identifier=identifier, version=version, full=full,
-                   manifest_writer=writer, format_version=format_version)
+                   manifest_engine=engine, format_version=format_version)
 
 
 # -- command line ---------------------------------------------------------------------------------------------
@@ -83,13 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the conversion; exit 0 on success, 2 on a failure (described in --result-file and stderr)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = _arguments(argv)
-    writer = SparkManifestWriter(session)
+    engine = SparkManifestEngine(session)
 
     storage_options = json_object_argument(args.storage_options_json, "--storage-options-json")
 
     def work() -> dict[str, Any]:
         return regenerate(
-            args.table, writer, version=args.version, full=args.full, storage_options=storage_options,
+            args.table, engine, version=args.version, full=args.full, storage_options=storage_options,
             catalog_config=json_object_argument(args.catalog_config_json, "--catalog-config-json"),
             catalog_name=args.catalog_name, identifier=args.identifier, format_version=args.format_version,
         ).to_dict()
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_application("regenerate", args.result_file, work, storage_options)
     finally:
-        writer.stop()
+        engine.stop()
 
 
 if __name__ == "__main__":

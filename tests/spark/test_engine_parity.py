@@ -1,7 +1,7 @@
 """One converter, two engines: a full conversion's manifests are the same entry by entry, and grouped the same,
 whether written in process or by Spark executors (``airflow_deltaberg.spark.manifest_engine``).
 
-Every fixture table that converts is converted twice, in two copies: in process, and with ``SparkManifestWriter``
+Every fixture table that converts is converted twice, in two copies: in process, and with ``SparkManifestEngine``
 on the shared local[2] session, with manifests of a few files each so that most tables get several groups. The
 manifest lists and every manifest are read back with fastavro and compared in order: the manifests (content,
 counts, partition summaries) and their entries (data file path relative to the table, partition tuple, record
@@ -31,7 +31,7 @@ from support.manifests import assert_same_manifests, spark_submit, written_manif
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg import file_manifests
 from airflow_deltaberg.core.iceberg.convert import convert
-from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 
 pytestmark = pytest.mark.spark
 
@@ -67,11 +67,11 @@ def test_every_fixture_table_gets_the_same_manifests(spark: Any, fixture_table: 
         in_process = convert(str(local))
     except DeltabergError as refused:
         with pytest.raises(type(refused)):
-            convert(str(with_spark), manifest_writer=SparkManifestWriter(spark))
+            convert(str(with_spark), manifest_engine=SparkManifestEngine(spark))
         return
 
     # Several groups per task: a task costs the shared session about 0.3 s.
-    by_spark = convert(str(with_spark), manifest_writer=SparkManifestWriter(spark, groups_per_task=8))
+    by_spark = convert(str(with_spark), manifest_engine=SparkManifestEngine(spark, groups_per_task=8))
 
     expected = written_manifests(in_process.metadata_location, local)
     assert_same_manifests(expected, written_manifests(by_spark.metadata_location, with_spark))
@@ -89,7 +89,7 @@ def test_iceberg_java_reads_the_spark_written_table(iceberg_spark: Any, copy_fix
     monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 2)
     path = copy_fixture(name)
 
-    result = convert(str(path), manifest_writer=SparkManifestWriter(iceberg_spark, groups_per_task=4),
+    result = convert(str(path), manifest_engine=SparkManifestEngine(iceberg_spark, groups_per_task=4),
                      format_version=2)
 
     iceberg = iceberg_spark.read.format("iceberg").load(result.metadata_location).collect()
@@ -205,7 +205,7 @@ def test_a_failed_spark_job_leaves_nothing_under_iceberg(copy_fixture: Callable[
     path = copy_fixture("table-with-dv-small")
 
     with pytest.raises(RuntimeError, match="executor lost"):
-        convert(str(path), manifest_writer=SparkManifestWriter(_FailingSpark()))
+        convert(str(path), manifest_engine=SparkManifestEngine(_FailingSpark()))
 
     left = [p.name for p in (path / "_iceberg").rglob("*") if p.is_file()] if (path / "_iceberg").exists() else []
     assert left == []

@@ -1,7 +1,7 @@
 """Iceberg regeneration with Spark (airflow_deltaberg.spark.regenerate): the manifests of a full conversion
 written by Spark executors give the same Iceberg table as the in-process conversion.
 
-Each table is converted twice, in two copies: in process, and with ``SparkManifestWriter`` on the shared session
+Each table is converted twice, in two copies: in process, and with ``SparkManifestEngine`` on the shared session
 (manifests of 8 files, so that several tasks write manifests even for small tables). The manifests, read back
 with pyiceberg, must list the same data files (path, partition, record count, size, null counts, bounds) and the
 same position-delete files (partition, record count, the data file and positions they hold). The rows pyiceberg
@@ -30,7 +30,7 @@ from support.manifests import assert_same_manifests, spark_submit, written_manif
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.iceberg import file_manifests
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 from airflow_deltaberg.spark.regenerate import main
 
 pytestmark = pytest.mark.spark
@@ -109,9 +109,9 @@ def _small_manifests(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", 8)
 
 
-def writer_for(spark: Any, location: Path) -> SparkManifestWriter:
-    """A writer with one group (data manifest) per Spark task."""
-    return SparkManifestWriter(spark, groups_per_task=1)
+def engine_for(spark: Any, location: Path) -> SparkManifestEngine:
+    """An engine with one group (data manifest) per Spark task."""
+    return SparkManifestEngine(spark, groups_per_task=1)
 
 
 def convert_both(spark: Any, local: Path, tmp_path: Path, name: str | None = None
@@ -120,9 +120,9 @@ def convert_both(spark: Any, local: Path, tmp_path: Path, name: str | None = Non
     with_spark = tmp_path / "with-spark" / (name or local.name)
     shutil.copytree(local, with_spark)
     in_process = convert(str(local))
-    writer = writer_for(spark, with_spark)
-    by_spark = convert(str(with_spark), manifest_writer=writer)
-    assert writer.calls == 1
+    engine = engine_for(spark, with_spark)
+    by_spark = convert(str(with_spark), manifest_engine=engine)
+    assert engine.calls == 1
     return in_process, by_spark, with_spark
 
 
@@ -185,14 +185,14 @@ def test_incremental_after_a_spark_conversion_stays_in_the_driver(spark: Any, tm
     """The conversion state the executors wrote serves the next, incremental run (no Spark job); in v3 the
     executors write v3 manifests, and the driver's rewrite of their manifests keeps the row ids they assigned."""
     path = partitioned_table(tmp_path / "events")
-    writer = writer_for(spark, path)
-    first = convert(str(path), manifest_writer=writer, format_version=format_version)
+    engine = engine_for(spark, path)
+    first = convert(str(path), manifest_engine=engine, format_version=format_version)
     write_deltalake(str(path), rows(100, 10), mode="append")
     DeltaLakeTable(str(path)).delete("bucket = 3")  # removes files the executors' manifests list
 
-    second = convert(str(path), manifest_writer=writer)
+    second = convert(str(path), manifest_engine=engine)
 
-    assert (first.mode, second.mode, second.snapshots_written, writer.calls) == ("full", "incremental", 2, 1)
+    assert (first.mode, second.mode, second.snapshots_written, engine.calls) == ("full", "incremental", 2, 1)
     assert iceberg_rows(second.metadata_location) == deltalake_rows(path)
     metadata = StaticTable.from_metadata(second.metadata_location).metadata
     assert metadata.format_version == format_version

@@ -67,10 +67,10 @@ def test_unshredded_variants_read_back_through_iceberg_java(iceberg_spark: Any,
 
 def test_variants_through_the_spark_engine(iceberg_spark: Any, copy_fixture: Callable[[str], Path]) -> None:
     """Spark executors write the manifests of a variant table (the plan with its VariantType travels to them)."""
-    from airflow_deltaberg.spark.manifest_engine import SparkManifestWriter
+    from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 
     path = copy_fixture("unshredded-variant")
-    result = convert(str(path), format_version=3, manifest_writer=SparkManifestWriter(iceberg_spark))
+    result = convert(str(path), format_version=3, manifest_engine=SparkManifestEngine(iceberg_spark))
     assert _assert_same_rows(iceberg_spark, path, result.metadata_location) == 102
 
 

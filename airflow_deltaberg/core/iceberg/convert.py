@@ -86,7 +86,7 @@ class ConversionResult:
 
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
                  storage_options: Mapping[str, Any] | None = None,
-                 manifest_writer: ManifestEngine | None = None, format_version: int = 2,
+                 manifest_engine: ManifestEngine | None = None, format_version: int = 2,
                  table_properties: Mapping[str, str] | None = None) -> tuple[Tip, int, int]:
     """One Iceberg snapshot listing every live file of ``snapshot``."""
     storage = table.storage
@@ -100,7 +100,7 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
                          storage_options, format_version, table_properties)
     with discarded_unless_published(storage, tip, plan):
         manifests = ManifestTable.from_records(write_snapshot_manifests(storage, plan, snapshot,
-                                                                        manifest_writer or in_process))
+                                                                        manifest_engine or in_process))
         summary = snapshot_summary(manifests, plan.snapshot_id)
         # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
         removed_files = tip.total_files
@@ -132,7 +132,7 @@ def convert(
     identifier: str | None = None,
     version: int | None = None,
     full: bool = False,
-    manifest_writer: ManifestEngine | None = None,
+    manifest_engine: ManifestEngine | None = None,
     retain_snapshots: int | None = None,
     max_snapshot_age_ms: int | None = None,
     format_version: int | None = None,
@@ -144,8 +144,8 @@ def convert(
 
     Incremental when an earlier conversion exists (one Iceberg snapshot per new Delta commit), full when
     asked, on the first run, or when the commits since the last run are gone (logged with the reason).
-    ``manifest_writer`` is the engine that writes the groups of a full conversion's manifests (``write_group`` on
-    each): in this process by default, by Spark executors with ``airflow_deltaberg.spark.manifest_engine``.
+    ``manifest_engine`` writes the groups of a full conversion's manifests (``write_group`` on each): in this
+    process by default, by Spark executors with ``airflow_deltaberg.spark.manifest_engine.SparkManifestEngine``.
 
     Snapshot expiry runs every time (``history.expire_history``, docs/HISTORY.md): snapshots older than
     ``max_snapshot_age_ms`` (any age when not given) beyond the newest ``retain_snapshots`` (at least 1; without
@@ -263,7 +263,7 @@ def convert(
                                             verified=verified)
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
                                                                storage_options=storage_options,
-                                                               manifest_writer=manifest_writer,
+                                                               manifest_engine=manifest_engine,
                                                                format_version=wanted_format,
                                                                table_properties={**(table_properties or {}),
                                                                                  **history_start})

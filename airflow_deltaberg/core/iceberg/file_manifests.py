@@ -5,9 +5,9 @@ delete manifests for files that carry Delta deletion vectors.
 manifests are planned here once for every engine: the live files in ``pruning_order``, cut into ``ManifestGroups``
 of ``MANIFEST_ROWS`` files, one data manifest each; ``write_group`` writes one group (its data manifest, and the
 delete files and delete entries of its deletion vectors). A ``ManifestEngine`` maps ``write_group`` over the
-groups: ``in_process`` (two at a time in this process) or the Spark engine (``airflow_deltaberg.spark.
-manifest_engine``, one group per task); ``write_groups`` then writes the delete manifests of the groups'
-delete entries, in group order. Both engines give the same entries in the same manifests by construction.
+groups: ``in_process`` (two at a time in this process) or ``SparkManifestEngine`` (``airflow_deltaberg.spark.
+manifest_engine``, one group per task); ``write_groups`` then writes the delete manifests of the groups' delete
+entries, in group order. Both engines give the same entries in the same manifests by construction.
 
 A full conversion (``write_snapshot_manifests``) holds no table of every file with its stats: its groups are spilled
 to files (``manifest_spill.SpilledGroups``) as the stats are read; ``ManifestGroups`` holds a table of files given
@@ -17,6 +17,7 @@ whole (``write_file_manifests``).
 from __future__ import annotations
 
 import math
+import typing
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -234,15 +235,30 @@ def write_group(storage: Storage, plan: SnapshotPlan, files: pa.Table) -> GroupM
 #: ``len()``, ``group(i)``, ``num_files`` and ``rows_per_manifest``.
 Groups = ManifestGroups | SpilledGroups
 
-#: How the groups of a snapshot get written: ``write_group`` over every group, results in group order. The
-#: in-process engine below; ``airflow_deltaberg.spark.manifest_engine`` distributes the groups to Spark executors.
-ManifestEngine = Callable[[Storage, SnapshotPlan, Groups], list[GroupManifests]]
+class ManifestEngine(typing.Protocol):
+    """How the groups of a snapshot get written: ``write_group`` over every group, results in group order.
+    ``InProcessEngine`` below; ``airflow_deltaberg.spark.manifest_engine.SparkManifestEngine`` distributes the groups
+    to Spark executors."""
+
+    #: True when the engine's workers read the groups themselves: a full conversion then spills them under the
+    #: table's ``_iceberg/metadata`` instead of a local temporary folder.
+    spills_in_table: bool
+
+    def __call__(self, storage: Storage, plan: SnapshotPlan, groups: Groups) -> list[GroupManifests]: ...
 
 
-def in_process(storage: Storage, plan: SnapshotPlan, groups: Groups) -> list[GroupManifests]:
-    """The groups written in this process, two at a time: each group is taken from the files just before it is
-    written, so no table of every entry is ever in memory."""
-    return two_at_a_time(lambda i: write_group(storage, plan, groups.group(i)), range(len(groups)))
+class InProcessEngine:
+    """The ``ManifestEngine`` that writes the groups in this process, two at a time: each group is taken from the
+    files just before it is written, so no table of every entry is ever in memory."""
+
+    spills_in_table = False
+
+    def __call__(self, storage: Storage, plan: SnapshotPlan, groups: Groups) -> list[GroupManifests]:
+        return two_at_a_time(lambda i: write_group(storage, plan, groups.group(i)), range(len(groups)))
+
+
+#: The default engine.
+in_process: ManifestEngine = InProcessEngine()
 
 
 def manifest_groups(plan: SnapshotPlan, files: pa.Table, *, rows_per_manifest: int | None = None,
@@ -304,7 +320,7 @@ def write_snapshot_manifests(storage: Storage, plan: SnapshotPlan, snapshot: Sna
 
 @contextmanager
 def _spill_area(storage: Storage, plan: SnapshotPlan, engine: ManifestEngine) -> Iterator[SpillArea]:
-    if getattr(engine, "spills_in_table", False):
+    if engine.spills_in_table:
         yield SpillArea(plan.table, plan.storage_options, f"{METADATA_DIR}/{attempt_prefix(plan.attempt)}")
     else:
         with local_spill_area() as area:

@@ -119,3 +119,44 @@ def test_a_failed_routing_leaves_no_spill_file(tmp_path: Path) -> None:
         spill_groups(SpillArea(str(tmp_path), None, ""), chunks(), lambda: pa.array([1, 0, 2, 3]), 4,
                      rows_per_manifest=1)
     assert list(tmp_path.iterdir()) == []
+
+
+class _InTableEngine:
+    """A ``ManifestEngine`` whose workers would read the groups themselves: it declares ``spills_in_table``."""
+
+    spills_in_table = True
+
+    def __init__(self) -> None:
+        self.areas: list[str] = []
+
+    def __call__(self, storage: Any, plan: Any, groups: Any) -> list[Any]:
+        self.areas.append(groups.area.location)
+        # The spill files are under the table's Iceberg metadata while the groups are written.
+        assert [p.name for p in Path(plan.table, "_iceberg", "metadata").glob("*spill*")]
+        return file_manifests.in_process(storage, plan, groups)
+
+
+@pytest.mark.parametrize("in_table", [False, True])
+def test_the_engine_declares_where_groups_spill(checkpointed_dv_table: Path, monkeypatch: pytest.MonkeyPatch,
+                                                in_table: bool) -> None:
+    engine = _InTableEngine()
+    if not in_table:
+        engine.spills_in_table = False
+    spilled: list[Any] = []
+
+    def spy(area: SpillArea, *args: Any, **kwargs: Any) -> Any:
+        spilled.append(area.location)
+        return spill_groups(area, *args, **kwargs)
+
+    monkeypatch.setattr(file_manifests, "spill_groups", spy)
+    if not in_table:
+        monkeypatch.setattr(_InTableEngine, "__call__", lambda self, *a: file_manifests.in_process(*a))
+
+    result = convert(str(checkpointed_dv_table), manifest_engine=engine)
+
+    table_location = str(checkpointed_dv_table)
+    assert (spilled[0] == table_location) is in_table
+    assert engine.areas == ([table_location] if in_table else [])
+    assert not [p for p in (checkpointed_dv_table / "_iceberg").rglob("*spill*")]
+    iceberg = StaticTable.from_metadata(result.metadata_location).scan().to_arrow()
+    assert_same_rows(iceberg, kernel_arrow(checkpointed_dv_table))
