@@ -117,11 +117,11 @@ def run_rewrite(
         location=table.location,
         schema_string=plan.metadata["schemaString"],
         partition_columns=tuple(plan.metadata.get("partitionColumns") or ()),
-        storage_options=dict(storage_options) if storage_options else None,
+        storage_options=dict(table.storage.storage_options) or None,
         string_prefix=_string_prefix(plan.metadata.get("configuration") or {}),
     )
     written = write_rewritten_files(spark, table, spec, read_version)
-    version = commit_rewrite(table, snapshot, plan, written, storage_options, before_commit=before_commit)
+    version = commit_rewrite(table, snapshot, plan, written, before_commit=before_commit)
     result = RewriteResult(
         table=table.location,
         read_version=read_version,

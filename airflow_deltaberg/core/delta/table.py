@@ -85,6 +85,9 @@ class DeltaTable:
         *,
         storage: Storage | None = None,
     ):
+        if storage is not None and storage_options:
+            # The storage holds the options it was opened with: two sources could disagree.
+            raise TypeError(f"{location}: give storage or storage_options, not both")
         self.storage = storage or open_storage(location, storage_options)
         self.location = self.storage.root
 

@@ -43,7 +43,6 @@ def commit_rewrite(
     snapshot: Snapshot,
     plan: EnablePlan,
     written: Sequence[WrittenFile],
-    storage_options: Mapping[str, Any] | None = None,
     *,
     before_commit: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
 ) -> int:
@@ -69,7 +68,7 @@ def commit_rewrite(
         if before_commit is not None:
             before_commit(actions)
     except BaseException:
-        delete_files(table.location, paths, storage_options)
+        delete_files(table.storage, paths)
         raise
     parameters = {"mode": "rewrite", "filesRemoved": snapshot.num_files, "filesAdded": len(written)}
     try:
@@ -79,7 +78,7 @@ def commit_rewrite(
     except CommitConflictError:
         # Certainly not committed (write-if-absent refused or a conflict was found): the files are garbage. Any
         # other failure may have left the commit written, so its files stay.
-        delete_files(table.location, paths, storage_options)
+        delete_files(table.storage, paths)
         raise
 
 

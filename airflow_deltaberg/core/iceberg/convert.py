@@ -85,7 +85,6 @@ class ConversionResult:
 
 
 def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
-                 storage_options: Mapping[str, Any] | None = None,
                  manifest_engine: ManifestEngine | None = None, format_version: int = 2,
                  table_properties: Mapping[str, str] | None = None) -> tuple[Tip, int, int]:
     """One Iceberg snapshot listing every live file of ``snapshot``."""
@@ -97,7 +96,7 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     refuse_unsupported_metadata(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
                                 file=file)
     plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.protocol, snapshot.version, snapshot.timestamp,
-                         storage_options, format_version, table_properties)
+                         format_version, table_properties)
     with discarded_unless_published(storage, tip, plan):
         manifests = ManifestTable.from_records(write_snapshot_manifests(storage, plan, snapshot,
                                                                         manifest_engine or in_process))
@@ -229,7 +228,7 @@ def convert(
             if fall_back is not None:
                 log.info("%s: full conversion: %s", table.location, fall_back)
         else:
-            progress = convert_incremental(table, tip, target, storage_options, verify_stats=verify_stats,
+            progress = convert_incremental(table, tip, target, verify_stats=verify_stats,
                                            strict=strict, table_properties=table_properties, listed=listed)
             if progress.fall_back is None:
                 tip, files_added, files_removed = progress.tip, progress.files_added, progress.files_removed
@@ -262,7 +261,6 @@ def convert(
                                             table=table.location, version=snapshot.version, strict=strict,
                                             verified=verified)
                 tip, files_added, files_removed = convert_full(table, snapshot, tip,
-                                                               storage_options=storage_options,
                                                                manifest_engine=manifest_engine,
                                                                format_version=wanted_format,
                                                                table_properties={**(table_properties or {}),

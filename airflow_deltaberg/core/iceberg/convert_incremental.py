@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -204,8 +203,7 @@ def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: Sn
     return readded
 
 
-def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
-                        storage_options: Mapping[str, Any] | None = None, *,
+def convert_incremental(table: DeltaTable, tip: Tip, target_version: int, *,
                         verify_stats: bool = False, strict: bool = False,
                         table_properties: Mapping[str, str] | None = None,
                         listed: ListedLog | None = None) -> Progress:
@@ -270,8 +268,7 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int,
         refuse_missing_partition_values(adds, metadata, table.location, commit_range.files.__getitem__)
         outside += files_outside_table(adds, table.location).count
         timestamp = table.commit_timestamp(commit_range, version, protocol, metadata, metadata_version)
-        plan = plan_snapshot(table, tip, metadata, protocol, version, timestamp, storage_options, format_version,
-                             table_properties)
+        plan = plan_snapshot(table, tip, metadata, protocol, version, timestamp, format_version, table_properties)
         try:
             with discarded_unless_published(table.storage, tip, plan):
                 tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)

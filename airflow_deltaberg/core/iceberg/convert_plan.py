@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table.metadata import TableMetadata
@@ -81,10 +80,11 @@ def schema_and_spec(metadata: Metadata, table: str, tip: Tip, format_version: in
 
 
 def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Protocol | None, delta_version: int,
-                  timestamp_ms: int, storage_options: Mapping[str, Any] | None = None,
-                  format_version: int = 2, table_properties: Mapping[str, str] | None = None) -> SnapshotPlan:
+                  timestamp_ms: int, format_version: int = 2,
+                  table_properties: Mapping[str, str] | None = None) -> SnapshotPlan:
     """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip`` (``metadata`` and ``protocol``: the
     Delta metaData and protocol in force at that version; ``table_properties``: Iceberg table properties to set).
+    The plan's storage options are those the table's storage was opened with, its one source.
 
     Raises CorruptLogError when the schema uses a column mapping id above ``delta.columnMapping.maxColumnId``: an
     id no writer assigned may not be the field id of the column in the data files, and Iceberg readers resolve
@@ -100,7 +100,7 @@ def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Pro
     converted = replace(converted, schema=schema)
     return SnapshotPlan(
         table=table.location,
-        storage_options=dict(storage_options) if storage_options else None,
+        storage_options=dict(table.storage.storage_options) or None,
         delta_version=delta_version,
         timestamp_ms=timestamp_ms,
         metadata=metadata,

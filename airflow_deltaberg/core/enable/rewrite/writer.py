@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -117,8 +116,8 @@ def write_files(batches: Iterable[pa.RecordBatch], spec: RewriteSpec) -> Iterato
             current.abort()
 
 
-def delete_files(location: str, paths: Iterable[str], storage_options: Mapping[str, Any] | None = None) -> None:
-    """Delete files the rewrite wrote but did not commit (``paths`` as in WrittenFile.path)."""
-    storage = open_storage(location, storage_options)
+def delete_files(storage: Storage, paths: Iterable[str]) -> None:
+    """Delete files the rewrite wrote but did not commit (``paths`` as in WrittenFile.path) from the table's
+    ``storage``."""
     for path in paths:
         storage.delete(unquote(path))
