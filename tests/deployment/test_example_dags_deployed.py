@@ -19,7 +19,8 @@ commit) meanwhile. At the end the provider's plugin page is checked in headless 
 plugins API lists its nav entry under Browse, and Airflow's UI shows it: the "Delta -> Iceberg" page, which lists
 the fleet's tables and the two examples' tables, the broken one as failed; the table that got a commit after the
 fleet ran has a bar of its lag, on the page and in its lag over time (screenshots saved in the test's tmp dir,
-checked not blank); the connection forms of the provider's two connection types show their fields."""
+checked not blank); Airflow's page of the Iceberg asset names its producing task and the DAG scheduled on it;
+the connection forms of the provider's two connection types show their fields."""
 
 from __future__ import annotations
 
@@ -267,6 +268,17 @@ def check_plugin_page(deploy: Deployment, shots: Path, tables: set[str], lagging
         assert history and list(history.values())[-1] > 0, history  # the newest point: one commit behind
         page.screenshot(path=shots / "delta-iceberg-table.png", full_page=True)
         assert colours(page, shots / "delta-iceberg-table.png") > 20
+
+        # Airflow's own page of the Iceberg asset: the task that produces it and the DAG scheduled on it.
+        [iceberg] = api_get(deploy, "assets", uri_pattern="iceberg://deltaberg/lake/watched")["assets"]
+        page.goto(f"{base}/assets/{iceberg['id']}")
+        page.get_by_text(CONSUMER_DAG_ID).first.wait_for(timeout=120_000)  # the graph: producer -> asset -> consumer
+        page.get_by_text(WATCHER_DAG_ID).first.wait_for(timeout=60_000)
+        page.get_by_text("Producing Tasks").wait_for(timeout=60_000)
+        shown = page.locator("body").inner_text()
+        assert "Producing Tasks\n1 Task" in shown and "Scheduled Dags\n1 Dag" in shown, shown
+        page.screenshot(path=shots / "iceberg-asset.png", full_page=True)
+        assert colours(page, shots / "iceberg-asset.png") > 20
 
         for entry in CONNECTION_TYPES:
             labels = connection_form_labels(page, base, entry["hook-name"])
