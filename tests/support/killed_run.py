@@ -13,9 +13,14 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from airflow_deltaberg.core.iceberg import convert_commit
+from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of
 from support.environment import REPO_ROOT
 
 
@@ -79,3 +84,24 @@ def _main(path: str, kill_at: str, log_path: str, kwargs: dict[str, Any]) -> Non
 
 if __name__ == "__main__":
     _main(sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))
+
+
+def killed_attempt(path: Path, monkeypatch: pytest.MonkeyPatch, conversion: Callable[[], object]) -> set[Path]:
+    """Run ``conversion`` of the table at ``path`` so that it dies before its metadata file, in this process,
+    leaving its files as a killed (or still running) process does (the cleanup of a failed attempt finds nothing to
+    delete); returns them: all of one attempt."""
+    metadata = path / "_iceberg" / "metadata"
+    before = set(metadata.iterdir())
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(convert_commit, "publish_metadata", killed)
+        patch.setattr(convert_commit, "attempt_keys", lambda storage, attempt: [])
+        with pytest.raises(KeyboardInterrupt):
+            conversion()
+    left = set(metadata.iterdir()) - before
+    assert left and all(attempt_of(p.name) for p in left)
+    assert len({attempt_of(p.name) for p in left}) == 1
+    return left

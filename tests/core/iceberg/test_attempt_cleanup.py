@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
+from support.killed_run import killed_attempt
 from support.oracle import delta_rows, rows_of
 
-from airflow_deltaberg.core.iceberg import attempt_cleanup, convert_commit
-from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of
+from airflow_deltaberg.core.iceberg import attempt_cleanup
 from airflow_deltaberg.core.iceberg.convert import convert
 
 
@@ -28,38 +28,18 @@ def _rows(start: int, n: int) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
 
 
-def killed_attempt(path: Path, monkeypatch: pytest.MonkeyPatch) -> set[Path]:
-    """Run a conversion that dies before its metadata file, leaving its files as a killed process does (the
-    cleanup of a failed attempt finds nothing to delete); returns them."""
-    metadata = path / "_iceberg" / "metadata"
-    before = set(metadata.iterdir())
-
-    def killed(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt("killed")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(convert_commit, "publish_metadata", killed)
-        patch.setattr(convert_commit, "attempt_keys", lambda storage, attempt: [])
-        with pytest.raises(KeyboardInterrupt):
-            convert(str(path))
-    left = set(metadata.iterdir()) - before
-    assert left and all(attempt_of(p.name) for p in left)
-    assert len({attempt_of(p.name) for p in left}) == 1
-    return left
-
-
 def test_old_unreferenced_attempt_files_are_removed_and_fresh_ones_kept(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "attempts"
     write_deltalake(str(path), _rows(0, 3))
     convert(str(path))
     write_deltalake(str(path), _rows(10, 3), mode="append")
-    old = killed_attempt(path, monkeypatch)
+    old = killed_attempt(path, monkeypatch, lambda: convert(str(path)))
     two_hours_ago = time.time() - 2 * 3600
     for p in old:
         os.utime(p, (two_hours_ago, two_hours_ago))
     write_deltalake(str(path), _rows(20, 3), mode="append")
-    fresh = killed_attempt(path, monkeypatch)
+    fresh = killed_attempt(path, monkeypatch, lambda: convert(str(path)))
 
     result = convert(str(path))
 
@@ -82,7 +62,7 @@ def test_the_cleanup_looks_once_in_ten_snapshots(tmp_path: Path, monkeypatch: py
     write_deltalake(str(path), _rows(0, 3))
     convert(str(path))
     write_deltalake(str(path), _rows(5, 1), mode="append")
-    old = killed_attempt(path, monkeypatch)
+    old = killed_attempt(path, monkeypatch, lambda: convert(str(path)))
     two_hours_ago = time.time() - 2 * 3600
     for p in old:
         os.utime(p, (two_hours_ago, two_hours_ago))

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
+from support.killed_run import killed_attempt
 from support.oracle import delta_rows, open_sql_catalog, rows_of, sql_catalog_config
 
 from airflow_deltaberg.core.errors import TablePropertyError
-from airflow_deltaberg.core.iceberg import convert_commit
 from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of, remove_abandoned_attempts
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.earlier_histories import FIRST_VERSION, REPLACED_UUID, STARTED_AT
@@ -156,24 +156,6 @@ def test_new_history_records_its_start_and_keeps_earlier_files_before_the_thresh
     assert_reads_as_delta(path, tmp_path, result)
 
 
-def killed_attempt(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> set[Path]:
-    """A conversion that dies before its metadata file, leaving its files as a killed (or still running) process
-    does; returns them."""
-    before = set(metadata_folder(path).iterdir())
-
-    def killed(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt("killed")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(convert_commit, "publish_metadata", killed)
-        patch.setattr(convert_commit, "attempt_keys", lambda storage, attempt: [])
-        with pytest.raises(KeyboardInterrupt):
-            run(path, tmp_path)
-    left = set(metadata_folder(path).iterdir()) - before
-    assert left and len({attempt_of(p.name) for p in left}) == 1
-    return left
-
-
 def test_files_of_attempts_that_may_still_run_survive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An attempt on the earlier history (still writing when the table was written again) and one on the current
     history, both younger than the threshold, keep their files while the earlier history goes; once silent for the
@@ -182,13 +164,13 @@ def test_files_of_attempts_that_may_still_run_survive(tmp_path: Path, monkeypatc
     write_table(path, 0, 2)
     run(path, tmp_path)
     write_deltalake(str(path), pa.table({"id": pa.array([7], pa.int64()), "label": ["k"]}), mode="append")
-    on_earlier = killed_attempt(path, tmp_path, monkeypatch)
+    on_earlier = killed_attempt(path, monkeypatch, lambda: run(path, tmp_path))
     earlier = names(path) - {HINT} - {p.name for p in on_earlier}
     recreate(path, 1000, 2)
     second = run(path, tmp_path)
     wait_past_threshold(second)
     write_deltalake(str(path), pa.table({"id": pa.array([8], pa.int64()), "label": ["k"]}), mode="append")
-    on_current = killed_attempt(path, tmp_path, monkeypatch)
+    on_current = killed_attempt(path, monkeypatch, lambda: run(path, tmp_path))
     now = time.time()
     for p in on_earlier:  # still writing
         os.utime(p, (now, now))
