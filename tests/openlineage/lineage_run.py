@@ -1,7 +1,8 @@
 """One ``dag.test()`` of every operator with Airflow's OpenLineage provider enabled, in a process of its own (the
 provider reads its settings once a process; the test run's other processes keep it off). Run by
-test_operator_lineage.py as ``python lineage_run.py SETTINGS_JSON``; prints the run's task states and XComs as
-JSON, and writes the spark-submit command lines SparkSubmitHook built to ``settings["commands"]``."""
+test_operator_lineage.py as ``python lineage_run.py SETTINGS_JSON``; writes the run's task states and XComs as JSON
+to ``settings["result"]`` (not to stdout, where a log handler may write on the same line), and the spark-submit
+command lines SparkSubmitHook built to ``settings["commands"]``."""
 
 from __future__ import annotations
 
@@ -63,4 +64,5 @@ def main(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print("LINEAGE-RUN " + json.dumps(main(json.loads(sys.argv[1])), default=str))
+    settings = json.loads(sys.argv[1])
+    Path(settings["result"]).write_text(json.dumps(main(settings), default=str))

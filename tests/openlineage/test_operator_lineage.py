@@ -91,6 +91,7 @@ def test_every_operator_reports_its_datasets_and_facets(airflow_db: Path, dag_id
     settings = {
         "dag_id": dag_id, "plain": str(plain), "rewrite": str(rewrite),
         "spark": str(spark_table), "missing": str(tmp_path / "missing"), "commands": str(tmp_path / "commands.json"),
+        "result": str(tmp_path / "result.json"),
         "catalog": {"type": "sql", "uri": f"sqlite:///{catalog_db}"},
     }
     env = {
@@ -104,9 +105,9 @@ def test_every_operator_reports_its_datasets_and_facets(airflow_db: Path, dag_id
     }
     process = subprocess.run([sys.executable, str(SCRIPT), json.dumps(settings)], env=env, capture_output=True,
                              text=True, timeout=600, cwd=REPO_ROOT)
-    lines = [line for line in process.stdout.splitlines() if line.startswith("LINEAGE-RUN ")]
-    assert process.returncode == 0 and lines, process.stdout[-3000:] + process.stderr[-3000:]
-    run = json.loads(lines[-1].removeprefix("LINEAGE-RUN "))
+    result = tmp_path / "result.json"
+    assert process.returncode == 0 and result.exists(), process.stdout[-3000:] + process.stderr[-3000:]
+    run = json.loads(result.read_text())
     assert run["states"] == {"validate": "success", "convert": "success", "enable": "success",
                              "regenerate": "success", "broken": "failed"}, process.stdout[-3000:]
     events = events_by_task(webhook_server.requests, dag_id)
