@@ -87,8 +87,13 @@ def abandoned_attempt_files(storage: Storage, published: PublishedMetadata, stat
         # Snapshots of the other metadata files (earlier versions, an earlier history of the table) may still be
         # read through them.
         candidates -= _used_by_other_metadata(storage, published, [e.name for e in listing], first_version or 0)
-    # Metadata files first: a crash part way leaves no metadata file naming a file already deleted.
-    return sorted(candidates, key=lambda key: (key not in earlier, key))
+    # Metadata files first: a crash part way leaves no metadata file naming a file already deleted. The newest
+    # earlier one last of them: once it is gone, so are the others (``earlier_histories_gone``).
+    return sorted(candidates, key=lambda key: (key not in earlier, _version_of(key) if key in earlier else 0, key))
+
+
+def _version_of(key: str) -> int:
+    return metadata_file_version(key.rsplit("/", 1)[-1]) or 0
 
 
 def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, names: list[str],
@@ -121,7 +126,7 @@ def _used_by_other_metadata(storage: Storage, published: PublishedMetadata, name
 
 #: The cleanup runs when the table's sequence number is a multiple of this (once in ten snapshots written): killed
 #: attempts are rare, and the folder's listing costs a run of a table with many snapshots ~5 ms. An earlier history
-#: waiting to go costs one existence check a run instead.
+#: waiting to go costs one existence check a run instead, until a metadata file records that it went.
 CLEANUP_EVERY = 10
 
 

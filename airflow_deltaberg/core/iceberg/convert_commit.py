@@ -14,9 +14,10 @@ import numpy as np
 from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.errors import CorruptLogError, StorageTimeoutError
+from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_age_ms
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, attempt_keys, write_state
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, converted_mapping_mode, resets_history
-from airflow_deltaberg.core.iceberg.earlier_histories import stamped_start
+from airflow_deltaberg.core.iceberg.earlier_histories import START_MARKERS, earlier_histories_gone, stamped_start
 from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
 from airflow_deltaberg.core.iceberg.manifest import (
     assign_first_row_ids,
@@ -103,6 +104,9 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
                            **plan.converted.properties, **plan.table_properties}
     now_ms = int(time.time() * 1000)
     metadata_properties.update(stamped_start(plan.table_properties, now_ms))  # a new history's start: now
+    # Once the earlier histories' files are gone, nothing more marks them: later runs do not look for them.
+    gone = tip.published is not None and earlier_histories_gone(
+        storage, tip.published, now_ms - attempt_age_ms(tip.published), table=plan.table)
     if reset:
         log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
                  "snapshots start afresh (column ids change)", plan.table, converted_mapping_mode(tip), mode,
@@ -122,6 +126,7 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
         reset_history=reset,
         format_version=plan.format_version,
         lineage=lineage,
+        dropped_properties=START_MARKERS if gone else (),
     )
     published = publish_metadata(storage, tip.next_version, metadata)
     return Tip(published, state)

@@ -28,6 +28,8 @@ from airflow_deltaberg.core.storage import FileEntry, Storage
 STARTED_AT = "deltaberg.history.started-at-ms"
 FIRST_VERSION = "deltaberg.history.first-metadata-version"
 REPLACED_UUID = "deltaberg.history.replaced-table-uuid"
+#: What marks a history whose earlier histories' files may still be there (``REPLACED_UUID`` stays: it is history).
+START_MARKERS = (FIRST_VERSION, STARTED_AT)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,14 @@ def earlier_history_left(storage: Storage, published: PublishedMetadata, cutoff_
     numbered just below the history's first) exists. The cleanup deletes the metadata files before the others."""
     first_version = earlier_histories_expired(published, cutoff_ms, table=table)
     return first_version is not None and first_version > 1 and storage.exists(metadata_key(first_version - 1))
+
+
+def earlier_histories_gone(storage: Storage, published: PublishedMetadata, cutoff_ms: int, *, table: str) -> bool:
+    """Whether the earlier histories' files were due to go and are gone: the newest earlier metadata file, which the
+    cleanup deletes after every other earlier metadata file, no longer exists. The next metadata file of the
+    history then leaves out ``START_MARKERS``."""
+    first_version = earlier_histories_expired(published, cutoff_ms, table=table)
+    return first_version is not None and (first_version <= 1 or not storage.exists(metadata_key(first_version - 1)))
 
 
 def earlier_metadata_files(listing: Iterable[FileEntry], first_version: int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,8 +99,10 @@ def build_metadata(
     reset_history: bool = False,
     format_version: int = 2,
     lineage: RowLineage | None = None,
+    dropped_properties: Collection[str] = (),
 ) -> TableMetadata:
-    """Metadata with ``snapshot`` as the new current snapshot of ``main``.
+    """Metadata with ``snapshot`` as the new current snapshot of ``main``: the previous file's properties updated
+    with ``properties``, less ``dropped_properties``.
 
     ``reset_history`` starts the schemas, partition specs and snapshots afresh (the metadata log, the uuid,
     and the id and sequence counters carry on): for when column ids change meaning, e.g. column mapping enabled
@@ -142,6 +145,8 @@ def build_metadata(
     snapshot_log.append(SnapshotLogEntry(snapshot_id=snapshot_id, timestamp_ms=timestamp_ms))
     merged_properties: dict[str, Any] = dict(previous.properties) if previous else {}
     merged_properties.update(properties)
+    for name in dropped_properties:
+        merged_properties.pop(name, None)
     merged_properties[DELTA_VERSION] = str(snapshot.delta_version)
     merged_properties[DELTA_TIMESTAMP] = str(snapshot.delta_timestamp_ms)
     merged_properties[DELTA_TABLE_ID] = delta_table_id

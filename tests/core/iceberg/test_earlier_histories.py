@@ -24,10 +24,10 @@ from support.oracle import delta_rows, open_sql_catalog, rows_of, sql_catalog_co
 from airflow_deltaberg.core.errors import TablePropertyError
 from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of, remove_abandoned_attempts
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.core.iceberg.earlier_histories import FIRST_VERSION, REPLACED_UUID, STARTED_AT
+from airflow_deltaberg.core.iceberg.earlier_histories import FIRST_VERSION, REPLACED_UUID, START_MARKERS, STARTED_AT
 from airflow_deltaberg.core.iceberg.publish import read_metadata
 from airflow_deltaberg.core.iceberg.table_properties import ATTEMPT_AGE
-from airflow_deltaberg.core.storage import open_storage
+from airflow_deltaberg.core.storage import LocalStorage, open_storage
 
 IDENTIFIER = "db.events"
 HINT = "version-hint.text"
@@ -107,9 +107,10 @@ def three_histories(path: Path, tmp_path: Path) -> tuple[ConversionResult, set[s
     return third, earlier
 
 
-def test_earlier_histories_files_go_after_the_threshold(tmp_path: Path) -> None:
+def test_earlier_histories_files_go_after_the_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "events"
     third, earlier = three_histories(path, tmp_path)
+    first_version = int(properties(third)[FIRST_VERSION])
     assert_reads_as_delta(path, tmp_path, third)
     wait_past_threshold(third)
 
@@ -130,6 +131,19 @@ def test_earlier_histories_files_go_after_the_threshold(tmp_path: Path) -> None:
     later = run(path, tmp_path)
     assert later.mode == "incremental"
     assert_reads_as_delta(path, tmp_path, later)
+    # The cleanup is recorded: the start markers are gone (the replaced uuid stays), and the runs after it look for
+    # no earlier history's file.
+    assert not set(START_MARKERS) & set(properties(later))
+    assert properties(later)[REPLACED_UUID] == properties(third)[REPLACED_UUID]
+    checked: list[str] = []
+    exists = LocalStorage.exists
+    monkeypatch.setattr(LocalStorage, "exists", lambda self, key: checked.append(key) or exists(self, key))
+    for i in range(2):
+        write_deltalake(str(path), pa.table({"id": pa.array([6 + i], pa.int64()), "label": ["y"]}), mode="append")
+        last = run(path, tmp_path)
+        assert last.mode == "incremental"
+    assert not [k for k in checked if k.endswith(f"/v{first_version - 1}.metadata.json")]
+    assert_reads_as_delta(path, tmp_path, last)
 
 
 def test_new_history_records_its_start_and_keeps_earlier_files_before_the_threshold(tmp_path: Path) -> None:
