@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import QueryBuilder
 from pyiceberg.table import StaticTable
+from support.environment import copy_fixture_table
 from test_iceberg_read_parity import (
     _normal,
     _sorted_rows,
@@ -55,6 +56,20 @@ def _spark_rows(delta: Any) -> list[Any]:
     return _sorted_rows(_normal(row) for row in delta.collect())
 
 
+#: Delta on Spark's reads of a table version: (path, version) -> (DataFrame, its rows). Every table here is
+#: written before it is read, and the DML table is read by both format versions' tests: each version is loaded
+#: and collected once.
+_DELTA_READS: dict[tuple[str, int], tuple[Any, list[Any]]] = {}
+
+
+def _delta_read(spark: Any, path: Path, version: int) -> tuple[Any, list[Any]]:
+    key = (str(path), version)
+    if key not in _DELTA_READS:
+        delta = delta_df(spark, path, version)
+        _DELTA_READS[key] = (delta, _spark_rows(delta))
+    return _DELTA_READS[key]
+
+
 def assert_delete_format(spark: Any, metadata_location: str, format_version: int) -> None:
     """v2: Parquet position delete files; v3: deletion vectors, each a blob at an offset of a Puffin file."""
     deletes = iceberg_df(spark, metadata_location, table="all_delete_files").collect()
@@ -73,7 +88,7 @@ def assert_every_snapshot_matches(spark: Any, path: Path, metadata_location: str
     deletes = 0
     for row in iceberg_df(spark, metadata_location, table="snapshots").collect():
         version = int(row.summary["delta-version"])
-        delta = delta_df(spark, path, version)
+        delta, delta_rows = _delta_read(spark, path, version)
         deletes = max(deletes, int(row.summary.get("total-delete-files", "0")))
         if spark_misreads and version in spark_misreads:
             column = spark_misreads[version]
@@ -82,16 +97,27 @@ def assert_every_snapshot_matches(spark: Any, path: Path, metadata_location: str
             assert sorted(r[column] for r in iceberg_df(spark, metadata_location, row.snapshot_id).collect()) \
                 == expected
             continue
-        assert_same_rows(iceberg_df(spark, metadata_location, row.snapshot_id), delta, f"{path.name} v{version}")
-        assert _pyiceberg_rows(metadata_location, row.snapshot_id, delta) == _spark_rows(delta), \
+        assert_same_rows(iceberg_df(spark, metadata_location, row.snapshot_id), delta, f"{path.name} v{version}",
+                         delta_rows)
+        assert _pyiceberg_rows(metadata_location, row.snapshot_id, delta) == delta_rows, \
             f"pyiceberg {path.name} v{version}"
     return deletes
+
+
+@pytest.fixture(scope="module")
+def delta_read_copies(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One copy of each DV fixture that Delta on Spark reads for both format versions (the tests convert their
+    own copies)."""
+    root = tmp_path_factory.mktemp("dv-fixtures")
+    for name in DV_FIXTURES:
+        copy_fixture_table(name, root / name, fixtures_dir)
+    return root
 
 
 @FORMAT_VERSIONS
 @pytest.mark.parametrize("name", DV_FIXTURES)
 def test_fixture_tables_with_deletion_vectors(iceberg_spark: Any, name: str, format_version: int,
-                                              copy_fixture: Callable[[str], Path],
+                                              copy_fixture: Callable[[str], Path], delta_read_copies: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Each fixture converted one commit at a time (incremental: a DV replaced on the same file swaps its delete
     file, the data file entry stays), every version checked; then a full conversion of the latest version."""
@@ -106,48 +132,73 @@ def test_fixture_tables_with_deletion_vectors(iceberg_spark: Any, name: str, for
     # cdf-table-with-dv v5: the file's DV has cardinality 1 and deltalake drops value 3 (as we do), but Delta on
     # Spark 4.4.0 returns all 10 rows for that version, even in a fresh session reading only v5.
     misreads = {5: "value"} if name == "cdf-table-with-dv" else None
-    assert assert_every_snapshot_matches(iceberg_spark, path, latest.metadata_location, misreads) > 0
+    delta_path = delta_read_copies / name  # the same log and data files as the converted copy
+    assert assert_every_snapshot_matches(iceberg_spark, delta_path, latest.metadata_location, misreads) > 0
     assert_delete_format(iceberg_spark, latest.metadata_location, format_version)
     full = convert(str(path), full=True)  # keeps the table's format version
     assert StaticTable.from_metadata(full.metadata_location).metadata.format_version == format_version
-    assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), delta_df(iceberg_spark, path), "full")
+    assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), delta_df(iceberg_spark, delta_path),
+                     "full")
 
 
-@FORMAT_VERSIONS
-def test_delta_on_spark_deletes_updates_and_merges(iceberg_spark: Any, format_version: int, tmp_path: Path) -> None:
-    """Delta on Spark with deletion vectors: deletes on the same file twice (the DV grows and is replaced), an
-    update (DV plus a new file), a partition-wide delete (file removed), then OPTIMIZE purging the DVs
-    (dataChange=false rewrite); converted after every commit, and converted in full at the end."""
-    path = tmp_path / "dv_table"
+DML_STATEMENTS = (
+    "DELETE FROM @ WHERE id % 7 = 0",
+    "DELETE FROM @ WHERE id % 5 = 0",
+    "UPDATE @ SET v = -1 WHERE id % 11 = 1",
+    "DELETE FROM @ WHERE p = '2'",
+    "OPTIMIZE @",
+)
+
+
+def _latest_version(path: Path) -> int:
+    return max(int(p.stem) for p in (path / "_delta_log").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def dml_table(iceberg_spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int, ...]]:
+    """A table Delta on Spark writes with deletion vectors, once for both format versions (its DML is most of
+    the module's Spark time): the table and the Delta version after the insert and after each of DML_STATEMENTS.
+    Tests convert copies of it and read it through Delta on Spark."""
+    path = tmp_path_factory.mktemp("dv-dml") / "dv_table"
     run_sql(
         iceberg_spark, path,
         "CREATE TABLE @ (id INT, p STRING, v DOUBLE) USING delta PARTITIONED BY (p) "
         "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
         "INSERT INTO @ SELECT /*+ REPARTITION(1) */ id, CAST(id % 3 AS STRING), id * 1.5 FROM range(0, 60)",
     )
-    statements = (
-        "DELETE FROM @ WHERE id % 7 = 0",
-        "DELETE FROM @ WHERE id % 5 = 0",
-        "UPDATE @ SET v = -1 WHERE id % 11 = 1",
-        "DELETE FROM @ WHERE p = '2'",
-        "OPTIMIZE @",
-    )
-    latest = convert(str(path), format_version=format_version)
-    for statement in statements:
+    versions = [_latest_version(path)]
+    for statement in DML_STATEMENTS:
         run_sql(iceberg_spark, path, statement)
+        versions.append(_latest_version(path))
+        assert versions[-1] > versions[-2], statement
+    return path, tuple(versions)
+
+
+@FORMAT_VERSIONS
+def test_delta_on_spark_deletes_updates_and_merges(iceberg_spark: Any, format_version: int, tmp_path: Path,
+                                                   dml_table: tuple[Path, tuple[int, ...]]) -> None:
+    """Delta on Spark with deletion vectors: deletes on the same file twice (the DV grows and is replaced), an
+    update (DV plus a new file), a partition-wide delete (file removed), then OPTIMIZE purging the DVs
+    (dataChange=false rewrite); converted after every commit, and converted in full at the end."""
+    written, versions = dml_table
+    path = tmp_path / "dv_table"
+    shutil.copytree(written, path)
+    latest = convert(str(path), version=versions[0], format_version=format_version)
+    for statement, version in zip(DML_STATEMENTS, versions[1:], strict=True):
         if statement.startswith("OPTIMIZE"):
             assert_delete_format(iceberg_spark, latest.metadata_location, format_version)
-        latest = convert(str(path))
+        latest = convert(str(path), version=version)
         assert latest.mode == "incremental", statement
-    assert assert_every_snapshot_matches(iceberg_spark, path, latest.metadata_location) > 0
-    final = delta_df(iceberg_spark, path)
+    # Delta on Spark reads the written table (the same log and data files as the copy): its reads are shared.
+    assert assert_every_snapshot_matches(iceberg_spark, written, latest.metadata_location) > 0
+    final = delta_df(iceberg_spark, written)
     assert final.count() == len([i for i in range(60) if i % 7 and i % 5 and i % 3 != 2])
 
     full_copy = tmp_path / "dv_table_full"
-    shutil.copytree(path, full_copy, ignore=shutil.ignore_patterns("_iceberg"))
+    shutil.copytree(written, full_copy)
     full = convert(str(full_copy), format_version=format_version)
     assert full.mode == "full"
-    assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), delta_df(iceberg_spark, full_copy), "full")
+    assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), delta_df(iceberg_spark, written), "full")
 
 
 def _row_ids(spark: Any, metadata_location: str, snapshot_id: int) -> dict[tuple[str, int], int]:
