@@ -15,7 +15,7 @@ from airflow_deltaberg.core import display
 from airflow_deltaberg.core.errors import DeltabergError, FleetDiscoveryError
 from airflow_deltaberg.core.redact import location_text
 from airflow_deltaberg.core.storage import Storage, open_storage
-from airflow_deltaberg.core.watch import iceberg_state, latest_version_after
+from airflow_deltaberg.core.watch import iceberg_state, latest_listing, listed_from
 
 DELTA_LOG = "_delta_log"
 DEFAULT_MAX_DEPTH = 3
@@ -141,22 +141,35 @@ class FleetRow:
 class TableVersions:
     """What a table says now: its latest Delta version; from its Iceberg metadata (None before a conversion) the
     ``delta-version`` converted, when that metadata was written (ISO 8601, UTC) and the rows of its current
-    snapshot (``total-records`` less ``total-position-deletes``: the rows deletion vectors drop)."""
+    snapshot (``total-records`` less ``total-position-deletes``: the rows deletion vectors drop); ``commits``: the
+    commit files the listing of ``_delta_log`` saw, (version, modification time in ms), oldest first."""
 
     delta_version: int
     iceberg_version: int | None
     written: str | None
     rows: int | None
+    commits: tuple[tuple[int, int], ...] = ()
 
 
-def table_versions(table: FleetTable, storage_options: Mapping[str, Any] | None = None) -> TableVersions:
+def table_versions(table: FleetTable, storage_options: Mapping[str, Any] | None = None, *,
+                   commits_from: int | None = None) -> TableVersions:
+    """What ``table`` says now, from one listing of ``_delta_log``: from ``commits_from`` on when given (its commits
+    are those wanted), else from the newest checkpoint on."""
     storage = open_storage(table.uri, storage_options)
-    delta_version = latest_version_after(storage, None, table=table.uri).latest_version
+    listing = listed_from(storage, table.uri, commits_from) if commits_from is not None else None
+    if listing is None or listing.latest_version is None:
+        # Nothing from there on (the table was written again since): listed as a watcher does, which says why
+        # when the log is gone.
+        found, listing = latest_listing(storage, None, table=table.uri)
+        delta_version = found.latest_version
+    else:
+        delta_version = listing.latest_version
+    commits = tuple((v, listing.commits[v].mtime_ms) for v in sorted(listing.commits))
     state = iceberg_state(storage, table=table.uri)
     if state.location is None:
-        return TableVersions(delta_version, None, None, None)
+        return TableVersions(delta_version, None, None, None, commits)
     written, rows = _metadata_facts(storage)
-    return TableVersions(delta_version, state.delta_version, written, rows)
+    return TableVersions(delta_version, state.delta_version, written, rows, commits)
 
 
 def _metadata_facts(storage: Storage) -> tuple[str | None, int | None]:

@@ -88,7 +88,7 @@ def _start_description(start_version: int, start_from: str, source_file: str | N
     return f"start version {start_version}"
 
 
-def _list(storage: Storage, table: str, from_version: int) -> LogListing:
+def listed_from(storage: Storage, table: str, from_version: int) -> LogListing:
     """The parsed listing of ``_delta_log`` from ``from_version`` on (its own files included); all when < 0."""
     start_after = f"{from_version:020d}" if from_version >= 0 else None
     try:
@@ -116,7 +116,20 @@ def latest_version_after(
     start_from: str = START_GIVEN,
     source_file: str | None = None,
 ) -> NewCommits:
-    """The newest version of the table, and how many versions came after ``start_version``.
+    """``latest_listing``'s versions."""
+    return latest_listing(storage, start_version, table=table, start_from=start_from, source_file=source_file)[0]
+
+
+def latest_listing(
+    storage: Storage,
+    start_version: int | None,
+    *,
+    table: str | None = None,
+    start_from: str = START_GIVEN,
+    source_file: str | None = None,
+) -> tuple[NewCommits, LogListing]:
+    """The newest version of the table, how many versions came after ``start_version``, and the listing of
+    ``_delta_log`` that says so (from the later of ``start_version`` and the checkpoint on).
 
     Costs one read of ``_last_checkpoint`` and one listing of ``_delta_log`` (two when that file points at
     a checkpoint that is gone). Raises NotADeltaTableError when the table has no log (never created, or
@@ -130,15 +143,15 @@ def latest_version_after(
     hint = _checkpoint_hint(storage, table)
     # Listing from the newest checkpoint bounds the keys read when the known version is far behind.
     first = max(known, hint) if hint is not None else known
-    listing = _list(storage, table, first)
+    listing = listed_from(storage, table, first)
     latest = listing.latest_version
     if latest is None and first > known:
         # `_last_checkpoint` points at a checkpoint that is no longer there: list from the known version.
-        listing = _list(storage, table, known)
+        listing = listed_from(storage, table, known)
         latest = listing.latest_version
     if latest is not None:
-        return NewCommits(table, start_version, start_from, latest)
-    whole = listing if known < 0 else _list(storage, table, -1)
+        return NewCommits(table, start_version, start_from, latest), listing
+    whole = listing if known < 0 else listed_from(storage, table, -1)
     latest = whole.latest_version
     if latest is None:
         raise NotADeltaTableError(
@@ -164,7 +177,7 @@ def unchanged_since(storage: Storage, version: int, *, table: str | None = None)
     so neither ``_last_checkpoint`` nor the Iceberg metadata needs reading. False when there is anything newer,
     and when ``version`` is gone (the table was deleted or replaced): the full poll then says which.
     """
-    listing = _list(storage, table or storage.root, version)
+    listing = listed_from(storage, table or storage.root, version)
     return listing.latest_version == version
 
 

@@ -31,7 +31,6 @@ from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.fleet import FleetRow, FleetTable, TableVersions, table_versions
 from airflow_deltaberg.core.lake_page import LagPoint, LakeTable, Run, lag_history
 from airflow_deltaberg.core.redact import location_text
-from airflow_deltaberg.core.storage import open_storage
 
 #: Operator class names (the task instance's ``operator`` column) by what they do to a table.
 CONVERTERS = ("DeltaToIcebergOperator", "DeltaIcebergRegenerateOperator")
@@ -210,23 +209,18 @@ class _Read:
 
 
 def _read_table(location: str, first_version: int | None) -> _Read:
-    """The table now, and the commit times of the versions from ``first_version`` on (the newest 200)."""
+    """The table now, and the commit times of the versions from ``first_version`` on (the newest 200), from one
+    listing of ``_delta_log`` (from the newest checkpoint on when no conversion is known)."""
+    start = None if first_version is None else max(0, first_version - 1)
     try:
-        versions = table_versions(FleetTable(location, location))
+        versions = table_versions(FleetTable(location, location), commits_from=start)
     except DeltabergError as exc:
         return _Read(None, (), f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # a store's own failure: shown for the table, never the page's
         return _Read(None, (), f"cannot read {location_text(location)}: {type(exc).__name__}")
-    commits: list[tuple[dt.datetime, int]] = []
-    start = max(0, (first_version if first_version is not None else versions.delta_version) - 1)
-    try:
-        for entry in open_storage(location).list_from("_delta_log", f"{start:020d}")[-400:]:
-            stem, _, suffix = entry.name.partition(".")
-            if suffix == "json" and stem.isdigit():
-                commits.append((dt.datetime.fromtimestamp(entry.mtime_ms / 1000, dt.timezone.utc), int(stem)))
-    except (DeltabergError, OSError):
-        pass  # the history then rests on the DB's events alone
-    return _Read(versions, tuple(commits[-200:]), None)
+    commits = tuple((dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc), version)
+                    for version, ms in versions.commits[-200:])
+    return _Read(versions, commits, None)
 
 
 def _cached_reads(wanted: Mapping[str, int | None]) -> dict[str, _Read]:

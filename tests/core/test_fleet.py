@@ -4,6 +4,8 @@ tables converted in process; core.fleet_html: the page parses and its chart hold
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -13,7 +15,14 @@ from deltalake import write_deltalake
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.errors import FleetDiscoveryError
-from airflow_deltaberg.core.fleet import FleetTable, discover_prefix, fleet_report, fleet_row, parse_table_list
+from airflow_deltaberg.core.fleet import (
+    FleetTable,
+    discover_prefix,
+    fleet_report,
+    fleet_row,
+    parse_table_list,
+    table_versions,
+)
 from airflow_deltaberg.core.fleet_html import report_html
 from airflow_deltaberg.core.iceberg.convert import convert
 
@@ -125,3 +134,23 @@ def test_an_object_store_prefix_lists_its_common_prefixes() -> None:
 
     assert [(t.name, t.uri) for t in tables] == [("a", "memory://fleet-test/lake/a"),
                                                  ("b/c", "memory://fleet-test/lake/b/c")]
+
+
+def test_table_versions_give_the_commit_times_of_one_listing(tmp_path: Path) -> None:
+    table = write(tmp_path / "events", commits=4)
+    for version in range(4):  # distinct times, as commits an hour apart
+        stamp = 1_700_000_000 + 3600 * version
+        os.utime(table / "_delta_log" / f"{version:020d}.json", (stamp, stamp))
+    convert(str(table))
+
+    since = table_versions(FleetTable("events", str(table)), commits_from=2)
+    whole = table_versions(FleetTable("events", str(table)))
+
+    assert (since.delta_version, since.iceberg_version) == (3, 3)
+    assert since.commits == ((2, 1_700_007_200_000), (3, 1_700_010_800_000))
+    assert [v for v, _ in whole.commits] == [0, 1, 2, 3]  # no checkpoint: the whole log
+    # Written again, shorter: nothing from version 2 on; the table's versions and commits are still read.
+    shutil.rmtree(table / "_delta_log")
+    write_deltalake(str(table), pa.table({"id": [1]}), mode="append")
+    again = table_versions(FleetTable("events", str(table)), commits_from=2)
+    assert (again.delta_version, [v for v, _ in again.commits]) == (0, [0])
