@@ -42,7 +42,7 @@ def conversion(task: Any, complete: bool) -> Any:
     identifier = result.identifier if result is not None else (state.get("identifier") or task.identifier or None)
     columns = None
     if result is not None and result.metadata_location:
-        columns = _columns(task, lambda options: iceberg_columns(result.metadata_location, options))
+        columns = _columns(task, lambda options: iceberg_columns(result.table, result.metadata_location, options))
     return facets.conversion_lineage(
         str(task.table_uri), identifier=identifier, catalog_name=str(task.catalog_name),
         catalog_uri=state.get("catalog_uri"), columns=columns,
@@ -53,11 +53,10 @@ def conversion(task: Any, complete: bool) -> Any:
 
 def validation(task: Any, complete: bool) -> Any:
     """Validate: the Delta table in, the report's rules as assertions (also when the task failed on them)."""
-    report = _state(task).get("report")
+    state = _state(task)
+    report, schema = state.get("report"), state.get("schema")
     version = None if report is None else report["version"]
-    columns = None
-    if report is not None:
-        columns = _columns(task, lambda options: delta_columns(str(task.table_uri), version, options))
+    columns = None if schema is None else delta_columns(schema)
     return facets.validation_lineage(str(task.table_uri), version=version, columns=columns, report=report)
 
 
@@ -68,9 +67,8 @@ def enablement(task: Any, complete: bool) -> Any:
     result = state.get("result") if complete else None
     read_version = plan.get("read_version")
     committed = None if result is None else result.committed_version
-    columns = None
-    if read_version is not None:
-        version = read_version if committed is None else committed
-        columns = _columns(task, lambda options: delta_columns(str(task.table_uri), version, options))
+    # The schema committed, else the one read: both in the plan.
+    schema = (plan.get("metadata") or {}).get("schemaString") if committed is not None else state.get("read_schema")
+    columns = delta_columns(schema) if schema else None
     return facets.enable_lineage(str(task.table_uri), read_version=read_version, committed_version=committed,
                                  columns=columns)

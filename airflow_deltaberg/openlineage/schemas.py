@@ -1,15 +1,17 @@
 """The columns of a converted table for the OpenLineage schema facet, as plain tuples (name, type, nested
-columns): from the Iceberg metadata file a conversion wrote (one small read), or from the Delta log at a version
-(a log replay: only when lineage is collected)."""
+columns): from the Iceberg metadata file a conversion wrote (read by ``core.iceberg.publish``: one small read), or
+from a Delta schema the operator already holds (no log replay). Types are spelled as the Iceberg metadata file and
+the Delta schema spell them; a list or map is named without its element types."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from airflow_deltaberg.core.delta.schema import ArrayType, MapType, StructType
-from airflow_deltaberg.core.delta.table import DeltaTable
+from pyiceberg import types as iceberg
+
+from airflow_deltaberg.core.delta.schema import ArrayType, MapType, StructType, parse_schema
+from airflow_deltaberg.core.iceberg.publish import metadata_file_version, metadata_folder_key, read_metadata
 from airflow_deltaberg.core.storage import open_storage
 
 
@@ -19,23 +21,26 @@ class Column(NamedTuple):
     fields: tuple[Column, ...] = ()
 
 
-def _iceberg_column(field: Mapping[str, Any]) -> Column:
-    kind = field["type"]
-    if isinstance(kind, str):
-        return Column(field["name"], kind)
-    nested = tuple(_iceberg_column(f) for f in kind.get("fields", ())) if kind.get("type") == "struct" else ()
-    return Column(field["name"], str(kind.get("type")), nested)
+def _iceberg_column(name: str, kind: iceberg.IcebergType) -> Column:
+    if isinstance(kind, iceberg.StructType):
+        return Column(name, "struct", tuple(_iceberg_column(f.name, f.field_type) for f in kind.fields))
+    if isinstance(kind, iceberg.ListType):
+        return Column(name, "list")
+    if isinstance(kind, iceberg.MapType):
+        return Column(name, "map")
+    return Column(name, str(kind))
 
 
-def iceberg_columns(metadata_location: str, storage_options: Mapping[str, Any] | None) -> tuple[Column, ...]:
-    """The current schema's columns of the Iceberg metadata file at ``metadata_location``."""
-    folder, _, name = metadata_location.rpartition("/")
-    document = json.loads(open_storage(folder, storage_options).read(name))
-    current = document.get("current-schema-id")
-    schema = next((s for s in document.get("schemas", ()) if s.get("schema-id") == current), None)
-    if schema is None:  # v1 metadata without a schema list
-        schema = document.get("schema", {})
-    return tuple(_iceberg_column(f) for f in schema.get("fields", ()))
+def iceberg_columns(table_uri: str, metadata_location: str,
+                    storage_options: Mapping[str, Any] | None) -> tuple[Column, ...]:
+    """The current schema's columns of ``metadata_location``, a metadata file of the table at ``table_uri``."""
+    storage = open_storage(table_uri, storage_options)
+    key = metadata_folder_key(storage, metadata_location)
+    version = metadata_file_version(key.rsplit("/", 1)[-1]) if key else None
+    if version is None:
+        raise ValueError(f"{metadata_location} is not an Iceberg metadata file of {table_uri}")
+    schema = read_metadata(storage, version).metadata.schema()
+    return tuple(_iceberg_column(f.name, f.field_type) for f in schema.fields)
 
 
 def _delta_column(name: str, kind: Any) -> Column:
@@ -48,8 +53,7 @@ def _delta_column(name: str, kind: Any) -> Column:
     return Column(name, str(kind))
 
 
-def delta_columns(table_uri: str, version: int | None,
-                  storage_options: Mapping[str, Any] | None) -> tuple[Column, ...]:
-    """The columns of the Delta table at ``version`` (the latest when None)."""
-    schema = DeltaTable(table_uri, storage_options).snapshot(version).schema
-    return tuple(_delta_column(f.name, f.type) for f in schema.fields)
+def delta_columns(schema: StructType | str) -> tuple[Column, ...]:
+    """The columns of a Delta schema (or of its ``schemaString``)."""
+    parsed = parse_schema(schema) if isinstance(schema, str) else schema
+    return tuple(_delta_column(f.name, f.type) for f in parsed.fields)

@@ -148,7 +148,7 @@ class DeltaEnableIcebergWriterCompatOperator(BaseOperator):
             self.openlineage_inject_transport_info, "spark_inject_transport_info"))
 
         def publish(plan: EnablePlan) -> None:
-            lineage.keep(self, plan=plan.to_dict())
+            lineage.keep(self, plan=plan.to_dict(), read_schema=plan.read_schema)
             context["ti"].xcom_push(key=PLAN_XCOM_KEY, value=plan.to_dict())
             self.log.info("Plan for %s at version %s (level %s): rewrite %s%s%s\nWriters after enabling %s:%s",
                           plan.table, plan.read_version, plan.level, "needed" if plan.needs_rewrite else "not needed",

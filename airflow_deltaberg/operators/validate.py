@@ -8,7 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_deltaberg.core.compat import Level, validate
+from airflow_deltaberg.core.compat import Level, validate_snapshot
+from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.errors import ComplianceViolationError, DeltabergError, DeltaError
 from airflow_deltaberg.hooks.storage import DeltaStorageHook
 from airflow_deltaberg.openlineage import operators as lineage
@@ -108,20 +109,16 @@ class DeltaValidateOperator(BaseOperator):
             level.value, self.data_checks,
         )
         try:
-            report = validate(
-                self.table_uri,
-                level,
-                version=version,
-                data_checks=self.data_checks,
-                sample_size=self.sample_files,
-                storage_options=storage_options,
-            )
+            table = DeltaTable(self.table_uri, storage_options)
+            snapshot = table.snapshot(version)
+            report = validate_snapshot(snapshot, table, level, data_checks=self.data_checks,
+                                       sample_size=self.sample_files)
         except DeltabergError as exc:
             if exc.retryable:
                 raise
             raise AirflowFailException(self._failure_message(exc, version)) from exc
 
-        lineage.keep(self, report=report.to_dict())
+        lineage.keep(self, report=report.to_dict(), schema=snapshot.schema)  # the lineage replays no log
         context["ti"].xcom_push(key=XCOM_KEY, value=report.to_dict())
         fails = not report.compliant and self.fail_on_violation
         log_level = logging.ERROR if fails else logging.WARNING if report.violations else logging.INFO

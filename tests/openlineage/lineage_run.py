@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,28 @@ def record_commands(path: Path) -> None:
     SparkSubmitHook._build_spark_submit_command = recording  # type: ignore[method-assign]
 
 
+def count_lineage_replays(path: Path) -> None:
+    """Write to ``path`` the table of every Delta log a snapshot replays for the lineage (a call from
+    ``airflow_deltaberg.openlineage``) rather than for the task's own work, a line each; a file, as the provider's
+    listener may build the facets in a forked process."""
+    from airflow_deltaberg.core.delta.table import DeltaTable
+
+    path.write_text("")
+    snapshot = DeltaTable.snapshot
+
+    def counted(self: DeltaTable, *args: Any, **kwargs: Any) -> Any:
+        if any("airflow_deltaberg/openlineage/" in frame.filename for frame in traceback.extract_stack()):
+            with path.open("a") as out:
+                out.write(self.location + "\n")
+        return snapshot(self, *args, **kwargs)
+
+    DeltaTable.snapshot = counted  # type: ignore[method-assign]
+
+
 def main(settings: dict[str, Any]) -> dict[str, Any]:
     record_commands(Path(settings["commands"]))
+    replays = Path(settings["result"]).with_name("lineage_replays.txt")
+    count_lineage_replays(replays)
     catalog = settings["catalog"]
     with DAG(settings["dag_id"], schedule=None, start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
              catchup=False) as dag:
@@ -60,6 +81,7 @@ def main(settings: dict[str, Any]) -> dict[str, Any]:
         "states": {ti.task_id: str(ti.state) for ti in result.dag_run.get_task_instances()},
         "xcom": {task_id: result.xcom(task_id) for task_id in ("convert", "enable", "regenerate")},
         "report": result.xcom("validate", XCOM_KEY),
+        "lineage_replays": replays.read_text().splitlines(),
     }
 
 

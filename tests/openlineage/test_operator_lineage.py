@@ -141,6 +141,8 @@ def test_every_operator_reports_its_datasets_and_facets(airflow_db: Path, dag_id
     assert [a["assertion"] for a in assertions] == report["rules_checked"]
     failed = {v["rule_id"] for v in report["violations"] if v["severity"] == "error"}
     assert failed and {a["assertion"] for a in assertions if not a["success"]} == failed
+    assert columns(checked) == ["id", "name", "region"]
+    assert run["lineage_replays"] == []  # the schemas come from what the operators loaded, not another replay
 
     # enable: the Delta table in at the version planned on, out at the version its Spark rewrite committed
     enabled = run["xcom"]["enable"]

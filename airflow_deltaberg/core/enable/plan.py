@@ -87,6 +87,8 @@ class EnablePlan:
     already_enabled: bool = False
     num_files: int = 0
     level: str = WRITER_COMPAT_V1.name
+    #: The schemaString at ``read_version`` (``metadata`` holds the one to commit); not part of ``to_dict``.
+    read_schema: str = ""
 
     @property
     def writers(self) -> WriterImpact:
@@ -356,6 +358,7 @@ def plan_enable(snapshot: Snapshot, *, level: str | Level | EnableLevel = WRITER
         already_enabled=already,
         num_files=snapshot.num_files,
         level=target.name,
+        read_schema=snapshot.metadata.schema_string,
     )
 
 
