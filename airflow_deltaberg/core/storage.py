@@ -20,7 +20,7 @@ import sys
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -112,6 +112,11 @@ class Storage(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove a file; absent files are ignored."""
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """``delete`` of each key, in order."""
+        for key in keys:
+            self.delete(key)
 
     @abstractmethod
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
@@ -246,6 +251,8 @@ class LocalStorage(Storage):
         prefix = f"{directory}/" if directory else ""
         folder = self._path(directory)
         read: list[list[str] | None] = []
+        # A name's entry as first statted: steps listing from different starts share the files they both list.
+        statted: dict[str, FileEntry | None] = {}
 
         def names() -> list[str] | None:
             if not read:
@@ -269,16 +276,23 @@ class LocalStorage(Storage):
             wanted = listed if start_after is None else [name for name in listed if name > start_after]
             entries = []
             for name in wanted:
-                try:
-                    st = os.stat(os.path.join(folder, name))
-                except (FileNotFoundError, NotADirectoryError):
-                    continue  # a link to nothing (not a file), or a file gone since the names were read
-                except OSError as exc:
-                    raise _local_error(exc, f"cannot list {folder}") from exc
-                if stat.S_ISREG(st.st_mode):
-                    entries.append(FileEntry(prefix + name, st.st_size, st.st_mtime_ns // 1_000_000))
+                if name not in statted:
+                    statted[name] = entry_of(name)
+                if (entry := statted[name]) is not None:
+                    entries.append(entry)
             entries.sort(key=lambda e: e.key)
             return entries
+
+        def entry_of(name: str) -> FileEntry | None:
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # a link to nothing (not a file), or a file gone since the names were read
+            except OSError as exc:
+                raise _local_error(exc, f"cannot list {folder}") from exc
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            return FileEntry(prefix + name, st.st_size, st.st_mtime_ns // 1_000_000)
 
         return list_from
 
@@ -373,6 +387,21 @@ class LocalStorage(Storage):
             pass
         except OSError as exc:
             raise _local_error(exc, f"cannot delete {self._path(key)}") from exc
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        # One bounded call for them all: a thread per file cost more than the unlink (an expiry deletes ~40).
+        keys = list(keys)
+        if keys:
+            self._bounded("delete", keys[0], lambda: self._unlink_all(keys))
+
+    def _unlink_all(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise _local_error(exc, f"cannot delete {self._path(key)}") from exc
 
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), self.root

@@ -207,6 +207,15 @@ def test_read_exists_delete(storage: Storage) -> None:
     storage.delete("never/there.json")
 
 
+def test_delete_many(storage: Storage) -> None:
+    for key in ("m/a.avro", "m/b.avro", "m/c.avro"):
+        storage.write_if_absent(key, b"x")
+    storage.delete_many(["m/a.avro", "m/gone.avro", "m/c.avro"])  # an absent one is ignored, the rest still go
+    assert [e.key for e in storage.list_from("m")] == ["m/b.avro"]
+    storage.delete_many([])
+    assert storage.read("m/b.avro") == b"x"
+
+
 def test_empty_content(storage: Storage) -> None:
     storage.write_if_absent("empty", b"")
     assert storage.exists("empty")

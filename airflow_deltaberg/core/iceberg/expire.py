@@ -48,9 +48,10 @@ class Expiry:
 
 def _main_ancestry(metadata: TableMetadata) -> list[int]:
     """Snapshot ids from the current one back through its parents, newest first."""
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}  # snapshot_by_id scans the list: once per step
     out: list[int] = []
     snapshot_id = metadata.current_snapshot_id
-    while snapshot_id is not None and (snap := metadata.snapshot_by_id(snapshot_id)) is not None:
+    while snapshot_id is not None and (snap := by_id.get(snapshot_id)) is not None:
         out.append(snapshot_id)
         snapshot_id = snap.parent_snapshot_id
     return out
@@ -162,8 +163,8 @@ def expire_snapshot_ids(storage: Storage, published: PublishedMetadata, expired:
         "metadata_log": with_log_entry(list(metadata.metadata_log), entry, metadata.properties,
                                        table=storage.root),
     })
-    new = publish_metadata(storage, version or published.version + 1,
-                           type(new_metadata).model_validate(new_metadata.model_dump()))
+    # A copy of valid metadata with fewer snapshots: validating every kept snapshot again would find nothing new.
+    new = publish_metadata(storage, version or published.version + 1, new_metadata)
     if used_by_expired is None or used_by_retained is None:
         log.warning("%s: %d snapshots expired, but a snapshot has no conversion state: no file will be deleted",
                     storage.root, len(expired))
@@ -176,8 +177,7 @@ def delete_expired_files(storage: Storage, expiry: Expiry) -> int:
     for key in expiry.files_to_delete:
         if not key.startswith(METADATA_DIR + "/"):
             raise DeltabergError(f"refusing to delete {storage.uri(key)}: outside the Iceberg metadata folder")
-    for key in expiry.files_to_delete:
-        storage.delete(key)
+    storage.delete_many(expiry.files_to_delete)
     if expiry.snapshots_expired:
         log.info("%s: expired %d snapshots, deleted %d metadata files", storage.root, expiry.snapshots_expired,
                  len(expiry.files_to_delete))

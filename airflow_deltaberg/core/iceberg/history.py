@@ -73,14 +73,16 @@ def retention_rules(metadata: TableMetadata, *, retain_snapshots: int | None, ma
     return RetentionRules(max(count, 1), None, max(count, 1) // 10)
 
 
-def _delta_version(snapshot: Snapshot) -> int | None:
-    value = snapshot.summary.additional_properties.get(DELTA_VERSION) if snapshot.summary else None
-    return int(value) if value is not None and value.isdigit() else None
-
-
-def _delta_timestamp(snapshot: Snapshot) -> int:
-    value = snapshot.summary.additional_properties.get(DELTA_TIMESTAMP) if snapshot.summary else None
-    return int(value) if value is not None and value.lstrip("-").isdigit() else snapshot.timestamp_ms
+def _delta_commit(snapshot: Snapshot) -> tuple[int | None, int]:
+    """The Delta version (None when not recorded) and commit time (the snapshot's own when not recorded) of a
+    snapshot. Its summary's properties are taken once: each pydantic attribute access of a summary costs ~5 us,
+    and a run looks at every retained snapshot."""
+    summary = snapshot.summary
+    properties = summary.additional_properties if summary is not None else {}
+    version = properties.get(DELTA_VERSION)
+    timestamp = properties.get(DELTA_TIMESTAMP)
+    return (int(version) if version is not None and version.isdigit() else None,
+            int(timestamp) if timestamp is not None and timestamp.lstrip("-").isdigit() else snapshot.timestamp_ms)
 
 
 def oldest_rebuildable(listing: LogListing, listed_from: int) -> int | None:
@@ -98,24 +100,24 @@ def oldest_rebuildable(listing: LogListing, listed_from: int) -> int | None:
     return min([low, *checkpoints]) if low <= latest else min(checkpoints, default=latest)
 
 
-def appended_alone(metadata: TableMetadata) -> set[int]:
-    """Delta versions whose commit removed no file, as the table's own snapshots say: an incremental snapshot of
-    that commit alone (one at the version before exists) whose operation is append (files only added: no data file
-    deleted, no delete file added)."""
-    versions = {v: s for s in metadata.snapshots if (v := _delta_version(s)) is not None}
+def appended_alone(versions: Mapping[int, Snapshot]) -> set[int]:
+    """Delta versions whose commit removed no file, as the table's own snapshots (``versions``: Delta version ->
+    snapshot) say: an incremental snapshot of that commit alone (one at the version before exists) whose operation
+    is append (files only added: no data file deleted, no delete file added)."""
     return {v for v, s in versions.items()
             if v - 1 in versions and s.summary is not None and s.summary.operation == Operation.APPEND}
 
 
-def _vacuumed(table: DeltaTable, metadata: TableMetadata, versions: dict[int, int],
+def _vacuumed(table: DeltaTable, by_version: Mapping[int, Snapshot], versions: dict[int, int],
               current_version: int, listed: ListedLog | None = None) -> set[int]:
     """Snapshots (of ``versions``: id -> Delta version, older than ``current_version``) that read a data file a
-    later commit removed and that is gone. No commit is read when the snapshots say none of them removed a file
-    (``appended_alone``): an append-only table costs nothing here."""
+    later commit removed and that is gone; ``by_version``: every snapshot by its Delta version. No commit is read
+    when the snapshots say none of them removed a file (``appended_alone``): an append-only table costs nothing
+    here."""
     if not versions:
         return set()
     start = min(versions.values()) + 1
-    if set(range(start, current_version + 1)) <= appended_alone(metadata):
+    if set(range(start, current_version + 1)) <= appended_alone(by_version):
         return set()
     try:
         actions = table.commits(start, current_version, listed=listed).actions.file_actions
@@ -165,9 +167,10 @@ def unreadable_snapshots(table: DeltaTable, metadata: TableMetadata, candidates:
     """The snapshots of ``candidates`` (never the current one) that no longer read as Delta does, with why; the log
     is listed unless ``listed`` (this run's listing) covers their versions."""
     current = metadata.current_snapshot_id
-    snapshots = {s.snapshot_id: s for s in metadata.snapshots if s.snapshot_id in candidates and
-                 s.snapshot_id != current}
-    versions = {sid: v for sid, s in snapshots.items() if (v := _delta_version(s)) is not None}
+    # Each snapshot's Delta version is read once (pydantic attribute access of a summary is slow).
+    of_snapshot = {s.snapshot_id: (s, *_delta_commit(s)) for s in metadata.snapshots}
+    snapshots = {sid: s for sid, (s, _, _) in of_snapshot.items() if sid in candidates and sid != current}
+    versions = {sid: v for sid in snapshots if (v := of_snapshot[sid][1]) is not None}
     out: dict[int, str] = {}
     if not versions:
         return out
@@ -183,15 +186,15 @@ def unreadable_snapshots(table: DeltaTable, metadata: TableMetadata, candidates:
     for sid, version in versions.items():
         if oldest is not None and version < oldest:
             out[sid] = "its Delta version left the log"
-        elif cutoff is not None and _delta_timestamp(snapshots[sid]) < cutoff:
+        elif cutoff is not None and of_snapshot[sid][2] < cutoff:
             out[sid] = f"its Delta commit is older than {LOG_RETENTION}"
     for sid in conflicting_schemas(metadata, set(snapshots) - set(out)):
         out[sid] = "a column name of its schema now names another field id"
-    current_snapshot = metadata.snapshot_by_id(current) if current is not None else None
-    current_version = _delta_version(current_snapshot) if current_snapshot else None
+    current_version = of_snapshot[current][1] if current in of_snapshot else None
     if current_version is not None:
         left = {sid: v for sid, v in versions.items() if sid not in out and v < current_version}
-        for sid in _vacuumed(table, metadata, left, current_version, listed):
+        by_version = {v: s for s, v, _ in of_snapshot.values() if v is not None}
+        for sid in _vacuumed(table, by_version, left, current_version, listed):
             out[sid] = "a data file it reads was removed by VACUUM"
     return out
 
@@ -204,9 +207,9 @@ def expire_history(table: DeltaTable, published: PublishedMetadata, *, configura
     metadata = published.metadata
     rules = retention_rules(metadata, retain_snapshots=retain_snapshots, max_snapshot_age_ms=max_snapshot_age_ms,
                             now_ms=now_ms)
-    expired = snapshots_to_expire(metadata, older_than_ms=rules.older_than_ms, retain_last=rules.retain_last)
-    if len(metadata.snapshots) <= rules.retain_last + rules.slack:
-        expired = set()
+    expired: set[int] = set()
+    if len(metadata.snapshots) > rules.retain_last + rules.slack:
+        expired = snapshots_to_expire(metadata, older_than_ms=rules.older_than_ms, retain_last=rules.retain_last)
     kept = {s.snapshot_id for s in metadata.snapshots} - expired
     unreadable = unreadable_snapshots(table, metadata, kept, configuration, now_ms, listed)
     for reason in sorted(set(unreadable.values())):
