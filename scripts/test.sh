@@ -17,7 +17,9 @@ scripts/setup.sh
 floor=${DELTABERG_FLOOR_TESTS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 if [ "$floor" = 1 ]; then
   # Its own basetemp: pytest's numbered folders under the default one are shared with the main run.
-  (scripts/setup_floor.sh && DELTABERG_FLOOR_VENV=1 exec nice -n 10 .venv-floor/bin/python -m pytest \
+  # PYTHONDONTWRITEBYTECODE unset: the first process compiles what it imports and the later ones read it.
+  (nice -n 10 scripts/setup_floor.sh && DELTABERG_FLOOR_VENV=1 exec env -u PYTHONDONTWRITEBYTECODE nice -n 10 \
+     .venv-floor/bin/python -m pytest \
      -p no:cacheprovider --basetemp=.cache/pytest-floor tests/install) > .cache/floor.log 2>&1 &
   floor_job=$!
 fi
