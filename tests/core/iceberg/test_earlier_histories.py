@@ -22,7 +22,12 @@ from support.killed_run import killed_attempt
 from support.oracle import delta_rows, open_sql_catalog, rows_of, sql_catalog_config
 
 from airflow_deltaberg.core.errors import TablePropertyError
-from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_of, remove_abandoned_attempts
+from airflow_deltaberg.core.iceberg.attempt_cleanup import (
+    abandoned_attempt_files,
+    attempt_of,
+    remove_abandoned_attempts,
+)
+from airflow_deltaberg.core.iceberg.conversion_state import read_state
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.earlier_histories import FIRST_VERSION, REPLACED_UUID, START_MARKERS, STARTED_AT
 from airflow_deltaberg.core.iceberg.publish import read_metadata
@@ -238,3 +243,30 @@ def test_a_tampered_start_is_a_typed_error(tmp_path: Path, value: str) -> None:
     with pytest.raises(TablePropertyError, match=f"{STARTED_AT}.*events|events.*{STARTED_AT}"):
         remove_abandoned_attempts(open_storage(str(path)), tampered, None, int(time.time() * 1000) + 10**9)
     assert names(path) == before
+
+
+def test_the_newest_earlier_metadata_file_is_deleted_last(tmp_path: Path) -> None:
+    """Earlier metadata files v9, v10, ... go in the order of their numbers (not of their names, where v10 sorts
+    before v9), metadata before the files they use: a cleanup stopped part way leaves the newest earlier metadata
+    file, whose absence alone then says the earlier histories are gone."""
+    path = tmp_path / "events"
+    write_table(path, 0, 1)
+    run(path, tmp_path)
+    for i in range(11):  # metadata files up to v12, the last ten and the current one kept
+        write_deltalake(str(path), pa.table({"id": pa.array([i], pa.int64()), "label": ["x"]}), mode="append")
+        run(path, tmp_path)
+    recreate(path, 1000, 1)
+    current = run(path, tmp_path)
+    first_version = int(properties(current)[FIRST_VERSION])
+    wait_past_threshold(current)
+    storage = open_storage(str(path))
+    published = read_metadata(storage, first_version)
+
+    keys = abandoned_attempt_files(storage, published, read_state(storage, published.metadata.snapshots[-1]
+                                                                  .manifest_list), int(time.time() * 1000))
+
+    metadata = [k for k in keys if k.endswith(".metadata.json")]
+    versions = [int(Path(k).name[1:].split(".")[0]) for k in metadata]
+    assert {9, 10, first_version - 1} <= set(versions)
+    assert versions == sorted(versions) and versions[-1] == first_version - 1
+    assert keys[:len(metadata)] == metadata  # every metadata file before any file it uses
