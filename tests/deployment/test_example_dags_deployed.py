@@ -146,7 +146,7 @@ def check_asset_watcher(deploy: Deployment, table: Path, catalog: dict[str, str]
     """One run per append, across a triggerer killed and started again between the two."""
     deploy.wait_for("the dag-processor to store the asset-watcher DAG", lambda: deploy.query(
         "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", WATCHER_DAG_ID), timeout=180)
-    deploy.airflow("dags", "unpause", WATCHER_DAG_ID)
+    deploy.unpause(WATCHER_DAG_ID)
     deploy.wait_for("the watcher's trigger to run", lambda: watcher_trigger_running(deploy), timeout=180)
     time.sleep(3)  # polls find nothing new: the Iceberg metadata is at the latest version
     assert watcher_runs(deploy) == []
@@ -324,7 +324,6 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
         # A killed triggerer's triggers go to a new one once its heartbeat is this old (default 30 s).
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "5",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # the assets API without a login
     }
     connections = {
         "lake_storage": {"conn_type": "deltaberg", "extra": json.dumps({"secret": STORAGE_SECRET})},
@@ -340,10 +339,10 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         stored = deploy.wait_for("the dag-processor to store the event-driven DAG", lambda: deploy.query(
             "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", DAG_ID), timeout=180)
         assert stored == [(1,)]  # paused when first seen
-        deploy.airflow("dags", "unpause", DAG_ID)
+        deploy.unpause(DAG_ID)
         deploy.wait_for("the dag-processor to store the fleet DAG", lambda: deploy.query(
             "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", FLEET_DAG_ID), timeout=180)
-        deploy.airflow("dags", "unpause", FLEET_DAG_ID)  # one run (catchup off), beside the rest
+        deploy.unpause(FLEET_DAG_ID)  # one run (catchup off), beside the rest
         phase("DAGs parsed and unpaused")
         run_id, classpath, _triggerer = deploy.wait_for("the sensor to defer to the triggerer",
                                                         lambda: deferred_trigger(deploy), timeout=180)
