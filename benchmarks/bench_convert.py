@@ -133,8 +133,8 @@ def _converted_entries(path: str, workdir: str, limit: int | None) -> tuple[obje
 
 def _naive_ours_child(path: str, entries: int, workdir: str) -> dict:
     """Our write_manifest on the first ``entries`` entries, then on all of them in manifests of MANIFEST_ROWS."""
-    from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS
-    from airflow_deltaberg.core.iceberg.manifest import write_manifest
+    from airflow_deltaberg.core.iceberg.manifests.file_manifests import MANIFEST_ROWS
+    from airflow_deltaberg.core.iceberg.manifests.manifest import write_manifest
 
     everything, schema, snapshot_id, spec = _converted_entries(path, workdir, None)
     subset = everything.slice(0, entries)

@@ -30,15 +30,15 @@ HERE = Path(__file__).resolve().parent
 #: (module, attribute, stage): the functions whose thread CPU makes a stage.
 STAGES = [
     ("airflow_deltaberg.core.delta.table", "DeltaTable.snapshot", "log load (Python threads)"),
-    ("airflow_deltaberg.core.delta.stats_template", "_load_kernels", "stats decoder start (numba)"),
-    ("airflow_deltaberg.core.delta.checkpoint_actions", "_batch_stats", "stats JSON decoded"),
-    ("airflow_deltaberg.core.iceberg.file_manifests", "pruning_order", "pruning order"),
-    ("airflow_deltaberg.core.iceberg.manifest_spill", "_route", "spill files written"),
-    ("airflow_deltaberg.core.iceberg.manifest_spill", "SpilledGroups.group", "spill files read back"),
-    ("airflow_deltaberg.core.iceberg.file_manifests", "_entries_in_order", "manifest entries built"),
+    ("airflow_deltaberg.core.delta.stats.stats_template", "_load_kernels", "stats decoder start (numba)"),
+    ("airflow_deltaberg.core.delta.log.checkpoint_actions", "_batch_stats", "stats JSON decoded"),
+    ("airflow_deltaberg.core.iceberg.manifests.file_manifests", "pruning_order", "pruning order"),
+    ("airflow_deltaberg.core.iceberg.manifests.manifest_spill", "_route", "spill files written"),
+    ("airflow_deltaberg.core.iceberg.manifests.manifest_spill", "SpilledGroups.group", "spill files read back"),
+    ("airflow_deltaberg.core.iceberg.manifests.file_manifests", "_entries_in_order", "manifest entries built"),
     ("airflow_deltaberg.core.iceberg.conversion_state", "write_manifest", "Avro encoding"),
-    ("airflow_deltaberg.core.iceberg.avro_encode", "deflate", "deflate"),
-    ("airflow_deltaberg.core.iceberg.file_manifests", "write_manifest_record", "manifest written (+ above)"),
+    ("airflow_deltaberg.core.iceberg.avro.avro_encode", "deflate", "deflate"),
+    ("airflow_deltaberg.core.iceberg.manifests.file_manifests", "write_manifest_record", "manifest written (+ above)"),
 ]
 
 

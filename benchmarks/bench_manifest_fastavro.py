@@ -21,7 +21,7 @@ import fastavro
 import pyarrow as pa
 from bench_manifest_write import SNAPSHOT_ID, _timed, make_entries, table_schema
 
-from airflow_deltaberg.core.iceberg.manifest import write_manifest
+from airflow_deltaberg.core.iceberg.manifests.manifest import write_manifest
 
 
 class _Discard(io.RawIOBase):

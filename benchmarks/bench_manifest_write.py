@@ -28,7 +28,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType, LongType, NestedField
 
-from airflow_deltaberg.core.iceberg.manifest import write_manifest
+from airflow_deltaberg.core.iceberg.manifests.manifest import write_manifest
 
 COLUMNS = 20
 SNAPSHOT_ID = 4_242_424_242

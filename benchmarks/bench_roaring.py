@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 from pyroaring import BitMap64
 
-from airflow_deltaberg.core.delta.deletion_vectors import relative_dv_key
-from airflow_deltaberg.core.delta.roaring import PORTABLE_MAGIC, decode_roaring_bitmap_array
-from airflow_deltaberg.core.delta.z85 import z85_decode
+from airflow_deltaberg.core.delta.deletion_vectors.deletion_vectors import relative_dv_key
+from airflow_deltaberg.core.delta.deletion_vectors.roaring import PORTABLE_MAGIC, decode_roaring_bitmap_array
+from airflow_deltaberg.core.delta.deletion_vectors.z85 import z85_decode
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "delta"
 

@@ -267,7 +267,7 @@ class StatsParseError(DeltabergError, ValueError):
 
 
 class StatsCountError(DeltabergError, ValueError):
-    """A numRecords or nullCount in a stats object that is not an int64 count. core.delta.stats turns it into a
+    """A numRecords or nullCount in a stats object that is not an int64 count. core.delta.stats.stats turns it into a
     StatsParseError naming the row."""
 
 

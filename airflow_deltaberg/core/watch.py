@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airflow_deltaberg.core.delta.log_segment import LAST_CHECKPOINT, LOG_DIR, LogListing, read_last_checkpoint
+from airflow_deltaberg.core.delta.log.log_segment import LAST_CHECKPOINT, LOG_DIR, LogListing, read_last_checkpoint
 from airflow_deltaberg.core.errors import (
     DeltabergError,
     IcebergStartError,

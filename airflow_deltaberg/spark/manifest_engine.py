@@ -1,7 +1,7 @@
 """The Spark engine of a full conversion's manifests: Spark executors write the groups the core planned.
 
-The core plans everything (``core.iceberg.file_manifests``): the driver's replay of the log, the live files with
-their stats, the pruning order and the groups of ``MANIFEST_ROWS`` files, one per data manifest. This engine only
+The core plans everything (``core.iceberg.manifests.file_manifests``): the driver's replay of the log, the live files
+with their stats, the pruning order and the groups of ``MANIFEST_ROWS`` files, one per data manifest. This engine only
 distributes ``write_group`` over the groups. A full conversion's groups come spilled by the core under the table's
 ``_iceberg/metadata`` (``manifest_spill``; the engine asks for it with ``spills_in_table``; the names hold the
 attempt's id, so a failed attempt's cleanup deletes them too): each Spark task reads its groups from those spill
@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_deltaberg.core.iceberg.conversion_state import IPC_OPTIONS, ManifestRecord
-from airflow_deltaberg.core.iceberg.file_manifests import GroupManifests, Groups, SnapshotPlan, write_group
-from airflow_deltaberg.core.iceberg.manifest_spill import SpilledGroups
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import GroupManifests, Groups, SnapshotPlan, write_group
+from airflow_deltaberg.core.iceberg.manifests.manifest_spill import SpilledGroups
 from airflow_deltaberg.core.storage import Storage
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ import pytest
 from support.servers import free_port
 
 from airflow_deltaberg.core import storage as storage_module
-from airflow_deltaberg.core.delta.commit import encode_actions, write_commit
-from airflow_deltaberg.core.delta.log_segment import LOG_DIR
+from airflow_deltaberg.core.delta.log.commit import encode_actions, write_commit
+from airflow_deltaberg.core.delta.log.log_segment import LOG_DIR
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.errors import CommitConflictError, NotADeltaTableError
 from airflow_deltaberg.core.storage import FileEntry, FsspecStorage, Storage, open_storage

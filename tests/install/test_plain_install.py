@@ -53,7 +53,7 @@ from airflow_deltaberg.provider_info import get_provider_info
 modules = sorted(m.name for m in pkgutil.walk_packages(airflow_deltaberg.__path__, "airflow_deltaberg."))
 # The one module made of an extra's code: the compiled stats decoder (the `fast` extra, numba), which the package
 # imports only when numba is there.
-EXTRA_ONLY = {"airflow_deltaberg.core.delta.stats_kernels": "numba"}
+EXTRA_ONLY = {"airflow_deltaberg.core.delta.stats.stats_kernels": "numba"}
 for name in modules:
     try:
         importlib.import_module(name)

@@ -37,7 +37,7 @@ from test_delta_parity import (
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.commit import write_commit
+from airflow_deltaberg.core.delta.log.commit import write_commit
 
 pytestmark = pytest.mark.spark
 

@@ -56,7 +56,7 @@ import pytest
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.commit import write_commit
+from airflow_deltaberg.core.delta.log.commit import write_commit
 
 pytestmark = pytest.mark.spark
 

@@ -29,8 +29,8 @@ import pytest
 from support.manifests import assert_same_manifests, spark_submit, written_manifests
 
 from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.core.iceberg import file_manifests
 from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.iceberg.manifests import file_manifests
 from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 
 pytestmark = pytest.mark.spark

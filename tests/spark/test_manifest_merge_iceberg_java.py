@@ -1,6 +1,6 @@
-"""Merged manifests (``core/iceberg/manifest_merge.py``) as Iceberg Java reads them: a Delta on Spark table with
-deletion vectors, converted after every commit, whose data and delete manifests merge; Iceberg Java (strict about
-sequence numbers: a position delete applies only to data files of a sequence number up to its own) reads the rows
+"""Merged manifests (``core/iceberg/manifests/manifest_merge.py``) as Iceberg Java reads them: a Delta on Spark
+table with deletion vectors, converted after every commit, whose data and delete manifests merge; Iceberg Java (strict
+about sequence numbers: a position delete applies only to data files of a sequence number up to its own) reads the rows
 Delta on Spark reads at each checked version, and the merged data entries keep the sequence numbers they were added
 with."""
 

@@ -56,7 +56,7 @@ def test_iceberg_java_skips_matching_rows_of_millisecond_files(iceberg_spark: An
         counts[unit] = iceberg.filter(FILTER).count()
     assert counts["us"] == 1
     # The Iceberg bug the warning names. When Iceberg Java fixes its row-group filter this becomes 1: the warning's
-    # wording (core.delta.timestamp_units.WHY) should then say which versions misread.
+    # wording (core.delta.file_checks.timestamp_units.WHY) should then say which versions misread.
     assert counts["ms"] == 0
 
 

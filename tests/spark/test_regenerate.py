@@ -28,8 +28,8 @@ from pyiceberg.table import StaticTable
 from support.manifests import assert_same_manifests, spark_submit, written_manifests
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.iceberg import file_manifests
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
+from airflow_deltaberg.core.iceberg.manifests import file_manifests
 from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 from airflow_deltaberg.spark.regenerate import main
 

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.partitioning import PartitionSpec
 
-from airflow_deltaberg.core.delta.deletion_vectors import relative_dv_key
+from airflow_deltaberg.core.delta.deletion_vectors.deletion_vectors import relative_dv_key
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.iceberg.data_files import entries_for_files
 from airflow_deltaberg.core.iceberg.schema import ConvertedSchema

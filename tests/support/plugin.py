@@ -119,7 +119,7 @@ def copy_fixture(fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     Those times are the commit times Delta reads, as old as the fixtures: the test's conversions get years of
     default log retention, so that snapshots of a fixture's earlier versions do not expire by
     ``delta.logRetentionDuration`` (30 days) once the fixtures are a month old (docs/HISTORY.md)."""
-    from airflow_deltaberg.core.delta.retention import DAY_MS
+    from airflow_deltaberg.core.delta.log.retention import DAY_MS
     from airflow_deltaberg.core.iceberg import history
 
     monkeypatch.setattr(history, "DEFAULT_LOG_RETENTION_MS", 100 * 365 * DAY_MS)

@@ -9,15 +9,15 @@ import pyarrow as pa
 
 from airflow_deltaberg.core.arrow_util import FIELD_ID
 from airflow_deltaberg.core.compat.model import ALL_LEVELS, V2, V3, WV1, CheckContext, Finding, Location, Rule
-from airflow_deltaberg.core.delta.add_checks import add_mismatches
-from airflow_deltaberg.core.delta.file_footer import FileFooter, data_file_location, read_file_footer
-from airflow_deltaberg.core.delta.file_types import type_mismatches
-from airflow_deltaberg.core.delta.footer_stats import (
+from airflow_deltaberg.core.delta.file_checks.add_checks import add_mismatches
+from airflow_deltaberg.core.delta.file_checks.file_footer import FileFooter, data_file_location, read_file_footer
+from airflow_deltaberg.core.delta.file_checks.file_types import type_mismatches
+from airflow_deltaberg.core.delta.file_checks.footer_stats import (
     stats_columns,
     string_prefix_length,
 )
+from airflow_deltaberg.core.delta.file_checks.timestamp_units import WHY, millis_columns
 from airflow_deltaberg.core.delta.schema import ArrayType, DataType, MapType, StructField, StructType
-from airflow_deltaberg.core.delta.timestamp_units import WHY, millis_columns
 
 # Columns Delta itself writes into data files, without a column mapping id: the change type of change data
 # feed (data files of UPDATE/MERGE may carry it, readers drop it) and the row tracking columns named by

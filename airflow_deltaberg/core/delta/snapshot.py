@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_deltaberg.core.arrow_util import from_numpy
-from airflow_deltaberg.core.delta.file_tables import LIVE_FILES_COLUMNS
-from airflow_deltaberg.core.delta.log_segment import LogSegment, commit_key
+from airflow_deltaberg.core.delta.file_checks.file_tables import LIVE_FILES_COLUMNS
+from airflow_deltaberg.core.delta.log.log_segment import LogSegment, commit_key
+from airflow_deltaberg.core.delta.log.replay import TableState
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction
-from airflow_deltaberg.core.delta.replay import TableState
 from airflow_deltaberg.core.delta.schema import StructType
-from airflow_deltaberg.core.delta.stats import parse_stats, stats_type
+from airflow_deltaberg.core.delta.stats.stats import parse_stats, stats_type
 from airflow_deltaberg.core.errors import CorruptLogError, StatsParseError
 
 # Reader features whose log layout this engine reads. Others (e.g. catalogManaged, whose newest commits

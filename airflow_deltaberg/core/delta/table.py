@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata
-from airflow_deltaberg.core.delta.checkpoint_actions import holds_struct_stats
-from airflow_deltaberg.core.delta.commit_actions import read_json_actions
-from airflow_deltaberg.core.delta.log_segment import (
+from airflow_deltaberg.core.delta.log.actions import ActionBatch, check_one_protocol_and_metadata
+from airflow_deltaberg.core.delta.log.checkpoint_actions import holds_struct_stats
+from airflow_deltaberg.core.delta.log.commit_actions import read_json_actions
+from airflow_deltaberg.core.delta.log.log_segment import (
     ListedLog,
     LogListing,
     LogSegment,
@@ -21,9 +21,9 @@ from airflow_deltaberg.core.delta.log_segment import (
     list_log,
     listed_log_segment,
 )
+from airflow_deltaberg.core.delta.log.replay import TableState, refuse_repeated_file_actions, replay
 from airflow_deltaberg.core.delta.models import ICT_ENABLED, ICT_FEATURES, ICT_VERSION, Metadata, Protocol, is_int
 from airflow_deltaberg.core.delta.paths import refuse_invalid_paths
-from airflow_deltaberg.core.delta.replay import TableState, refuse_repeated_file_actions, replay
 from airflow_deltaberg.core.delta.snapshot import MAX_READER_VERSION, SUPPORTED_READER_FEATURES, Snapshot
 from airflow_deltaberg.core.errors import (
     CorruptLogError,

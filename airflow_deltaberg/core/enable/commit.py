@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
+from airflow_deltaberg.core.delta.log.commit import commit_with_conflict_check
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.enable.levels import ROW_TRACKING_DOMAIN, enable_level

@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from airflow_deltaberg.core.compat.feature_rules import ALLOWED_FEATURES
 from airflow_deltaberg.core.compat.schema_rules import MAX_COLUMN_ID, V2_PRIMITIVES
-from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
-from airflow_deltaberg.core.delta.log_segment import list_log
+from airflow_deltaberg.core.delta.log.commit import commit_with_conflict_check
+from airflow_deltaberg.core.delta.log.log_segment import list_log
 from airflow_deltaberg.core.delta.schema import (
     ArrayType,
     DataType,

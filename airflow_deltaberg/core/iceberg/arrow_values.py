@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from airflow_deltaberg.core.iceberg.avro_encode import binary_parts
+from airflow_deltaberg.core.iceberg.avro.avro_encode import binary_parts
 
 
 def validity(arr: pa.Array) -> np.ndarray | None:

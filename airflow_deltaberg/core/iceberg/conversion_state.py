@@ -30,14 +30,14 @@ from pyiceberg.schema import Schema
 
 from airflow_deltaberg.core.delta.models import Metadata, Protocol
 from airflow_deltaberg.core.errors import ConversionStateError
-from airflow_deltaberg.core.iceberg.manifest import (
+from airflow_deltaberg.core.iceberg.manifests.manifest import (
     MANIFEST_LIST_ARROW_TYPES,
     FieldSummary,
     ManifestFileInfo,
     manifest_list_columns,
     write_manifest,
 )
-from airflow_deltaberg.core.iceberg.manifest_rows import ROW_START, entries_index, index_entries
+from airflow_deltaberg.core.iceberg.manifests.manifest_rows import ROW_START, entries_index, index_entries
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.redact import location_text
 from airflow_deltaberg.core.storage import Storage

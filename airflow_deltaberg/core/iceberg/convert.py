@@ -21,9 +21,10 @@ from typing import Any
 
 from pyiceberg.table.snapshots import Operation
 
-from airflow_deltaberg.core.delta import DeltaTable, Snapshot, stats_template
+from airflow_deltaberg.core.delta import DeltaTable, Snapshot
+from airflow_deltaberg.core.delta.log.replay import refuse_reader_only_features, refuse_unsupported_metadata
 from airflow_deltaberg.core.delta.paths import files_outside_table
-from airflow_deltaberg.core.delta.replay import refuse_reader_only_features, refuse_unsupported_metadata
+from airflow_deltaberg.core.delta.stats import stats_template
 from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
 from airflow_deltaberg.core.iceberg.attempt_cleanup import remove_abandoned_attempts
 from airflow_deltaberg.core.iceberg.catalog import (
@@ -39,9 +40,9 @@ from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, disca
 from airflow_deltaberg.core.iceberg.convert_incremental import convert_incremental
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, schema_and_spec
 from airflow_deltaberg.core.iceberg.expire import delete_expired_files
-from airflow_deltaberg.core.iceberg.file_manifests import ManifestEngine, in_process, write_snapshot_manifests
 from airflow_deltaberg.core.iceberg.history import expire_history
-from airflow_deltaberg.core.iceberg.manifest import FORMAT_VERSIONS
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import ManifestEngine, in_process, write_snapshot_manifests
+from airflow_deltaberg.core.iceberg.manifests.manifest import FORMAT_VERSIONS
 from airflow_deltaberg.core.iceberg.misread import collation_warnings, millis_warnings
 from airflow_deltaberg.core.iceberg.publish import (
     METADATA_DIR,

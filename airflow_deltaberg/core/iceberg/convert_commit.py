@@ -18,8 +18,8 @@ from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_age_ms
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, attempt_keys, write_state
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, converted_mapping_mode, resets_history
 from airflow_deltaberg.core.iceberg.earlier_histories import START_MARKERS, earlier_histories_gone, stamped_start
-from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
-from airflow_deltaberg.core.iceberg.manifest import (
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import SnapshotPlan
+from airflow_deltaberg.core.iceberg.manifests.manifest import (
     assign_first_row_ids,
     assign_sequence_numbers,
     encode_manifest_list_rows,

@@ -12,15 +12,15 @@ import pyarrow.compute as pc
 from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.log_segment import ListedLog, commit_key
-from airflow_deltaberg.core.delta.models import Protocol
-from airflow_deltaberg.core.delta.paths import files_outside_table
-from airflow_deltaberg.core.delta.replay import (
+from airflow_deltaberg.core.delta.log.log_segment import ListedLog, commit_key
+from airflow_deltaberg.core.delta.log.replay import (
     refuse_changed_column_id,
     refuse_missing_partition_values,
     refuse_reader_only_features,
     refuse_unsupported_metadata,
 )
+from airflow_deltaberg.core.delta.models import Protocol
+from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.errors import ConversionStateError, CorruptLogError, StatsParseError, VersionNotFoundError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
@@ -33,16 +33,16 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
 from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, schema_and_spec
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
-from airflow_deltaberg.core.iceberg.deletion_vector_files import deletion_vector_key
-from airflow_deltaberg.core.iceberg.file_manifests import (
+from airflow_deltaberg.core.iceberg.deletes.deletion_vector_files import deletion_vector_key
+from airflow_deltaberg.core.iceberg.deletes.position_deletes import delete_file_key
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import (
     SnapshotPlan,
     file_entries,
     two_at_a_time,
     write_entry_manifests,
 )
-from airflow_deltaberg.core.iceberg.manifest_merge import MergeSettings, merge_manifests
+from airflow_deltaberg.core.iceberg.manifests.manifest_merge import MergeSettings, merge_manifests
 from airflow_deltaberg.core.iceberg.misread import millis_warnings
-from airflow_deltaberg.core.iceberg.position_deletes import delete_file_key
 from airflow_deltaberg.core.iceberg.verify_stats import verify_commit_stats
 from airflow_deltaberg.core.storage import Storage
 

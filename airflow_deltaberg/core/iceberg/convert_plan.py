@@ -14,7 +14,7 @@ from airflow_deltaberg.core.delta.models import Protocol
 from airflow_deltaberg.core.delta.schema import MAX_COLUMN_ID
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState
-from airflow_deltaberg.core.iceberg.file_manifests import SnapshotPlan
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import SnapshotPlan
 from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.publish import PublishedMetadata
 from airflow_deltaberg.core.iceberg.schema import CHANGE_TYPE_COLUMN, ConvertedSchema, convert_schema

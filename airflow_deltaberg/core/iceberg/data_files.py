@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 
-from airflow_deltaberg.core.delta.file_footer import data_file_location, read_file_footer
+from airflow_deltaberg.core.delta.file_checks.file_footer import data_file_location, read_file_footer
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.paths import rows_holding
-from airflow_deltaberg.core.delta.stats import negative_count
+from airflow_deltaberg.core.delta.stats.stats import negative_count
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.metrics import (
     DEFAULT_STRING_PREFIX,

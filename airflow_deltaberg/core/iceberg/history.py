@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.file_footer import data_file_location, data_file_storage
-from airflow_deltaberg.core.delta.log_segment import ListedLog, LogListing, list_log
-from airflow_deltaberg.core.delta.retention import DEFAULT_LOG_RETENTION_MS, LOG_RETENTION, retention_ms
+from airflow_deltaberg.core.delta.file_checks.file_footer import data_file_location, data_file_storage
+from airflow_deltaberg.core.delta.log.log_segment import ListedLog, LogListing, list_log
+from airflow_deltaberg.core.delta.log.retention import DEFAULT_LOG_RETENTION_MS, LOG_RETENTION, retention_ms
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.expire import Expiry, expire_snapshot_ids, snapshots_to_expire
 from airflow_deltaberg.core.iceberg.publish import PublishedMetadata

@@ -1,6 +1,6 @@
 """What Iceberg readers of a conversion misread, said in the conversion summary (``ConversionResult.warnings``).
 
-- Data files storing timestamps as INT64 TIMESTAMP_MILLIS (``core.delta.timestamp_units``): Iceberg Java's
+- Data files storing timestamps as INT64 TIMESTAMP_MILLIS (``core.delta.file_checks.timestamp_units``): Iceberg Java's
   row-group filter skips matching rows of such files. Finding them means reading footers, so what is read depends
   on the run: with ``verify_stats`` every converted file's footer is read anyway and every one is judged; with
   ``strict`` every converted file's footer is read and one such file refuses the conversion
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from airflow_deltaberg.core.delta.file_footer import data_file_location, read_file_footer
+from airflow_deltaberg.core.delta.file_checks.file_footer import data_file_location, read_file_footer
+from airflow_deltaberg.core.delta.file_checks.timestamp_units import WHY, millis_columns
 from airflow_deltaberg.core.delta.schema import COLLATIONS_KEY, ArrayType, DataType, MapType, PrimitiveType, StructType
-from airflow_deltaberg.core.delta.timestamp_units import WHY, millis_columns
 from airflow_deltaberg.core.errors import DeltabergError, MisreadDataFileError
 from airflow_deltaberg.core.storage import Storage
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from pyiceberg.exceptions import ValidationError
 
-from airflow_deltaberg.core.delta.log_segment import commit_key, list_log
+from airflow_deltaberg.core.delta.log.log_segment import commit_key, list_log
 from airflow_deltaberg.core.errors import DeltabergError, StorageError
 from airflow_deltaberg.core.iceberg.convert_plan import Tip
 from airflow_deltaberg.core.iceberg.earlier_histories import start_properties

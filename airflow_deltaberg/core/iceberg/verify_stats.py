@@ -1,8 +1,8 @@
 """``convert(verify_stats=True)``: the add action of every file a conversion lists, checked against the file
-before anything is written: its stats against the file's data (``core.delta.footer_stats``: the footer's
+before anything is written: its stats against the file's data (``core.delta.file_checks.footer_stats``: the footer's
 statistics, or the column's values where the footer has none), its size against the file's size, and the
-schema's types against the file's columns (``core.delta.file_types``), and its field ids against the converted
-schema (``file_field_ids``). A file that does not match stops the
+schema's types against the file's columns (``core.delta.file_checks.file_types``), and its field ids against the
+converted schema (``file_field_ids``). A file that does not match stops the
 conversion with StatsMismatchError: converted, its Iceberg bounds would make readers skip rows, its size or its
 types would make them fail. The checks are the ones ``validate --data-checks`` makes (data.stats-cover-data,
 data.file-types-match-schema), on every file instead of a sample.
@@ -23,21 +23,21 @@ import pyarrow.compute as pc
 from pyiceberg.table.name_mapping import NameMapping
 
 from airflow_deltaberg.core.delta import Snapshot
-from airflow_deltaberg.core.delta.actions import ActionBatch
-from airflow_deltaberg.core.delta.add_checks import add_mismatches
-from airflow_deltaberg.core.delta.file_footer import read_file_footer
-from airflow_deltaberg.core.delta.file_types import type_mismatches
-from airflow_deltaberg.core.delta.footer_stats import (
+from airflow_deltaberg.core.delta.file_checks.add_checks import add_mismatches
+from airflow_deltaberg.core.delta.file_checks.file_footer import read_file_footer
+from airflow_deltaberg.core.delta.file_checks.file_types import type_mismatches
+from airflow_deltaberg.core.delta.file_checks.footer_stats import (
     stats_columns,
     string_prefix_length,
 )
-from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.file_checks.timestamp_units import millis_columns
+from airflow_deltaberg.core.delta.log.actions import ActionBatch
+from airflow_deltaberg.core.delta.log.log_segment import commit_key
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.delta.timestamp_units import millis_columns
 from airflow_deltaberg.core.errors import CorruptLogError, StatsMismatchError, StatsParseError
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.file_field_ids import field_id_conflicts
-from airflow_deltaberg.core.iceberg.file_manifests import with_parsed_stats
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import with_parsed_stats
 from airflow_deltaberg.core.iceberg.misread import MillisFile
 from airflow_deltaberg.core.storage import Storage
 

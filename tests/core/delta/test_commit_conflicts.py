@@ -19,7 +19,7 @@ from deltalake import QueryBuilder, write_deltalake
 from support.tables import commit_lines, log_bytes
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.commit import ENGINE_INFO, commit_with_conflict_check, write_commit
+from airflow_deltaberg.core.delta.log.commit import ENGINE_INFO, commit_with_conflict_check, write_commit
 from airflow_deltaberg.core.errors import CommitConflictError
 
 

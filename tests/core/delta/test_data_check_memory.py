@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_deltaberg.core.compat import validate
-from airflow_deltaberg.core.delta.bounded_read import BUDGET_ENV, DEFAULT_BUDGET
+from airflow_deltaberg.core.delta.file_checks.bounded_read import BUDGET_ENV, DEFAULT_BUDGET
 from airflow_deltaberg.core.errors import DataCheckMemoryError, StatsMismatchError
 from airflow_deltaberg.core.iceberg.convert import convert
 

@@ -16,7 +16,7 @@ import pytest
 from deltalake import write_deltalake
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.log_segment import list_log
+from airflow_deltaberg.core.delta.log.log_segment import list_log
 from airflow_deltaberg.core.errors import VersionNotFoundError
 
 #: Commit file mtimes are set to BASE_MS + version * STEP_MS so that timestamps are distinct and known.

@@ -19,7 +19,7 @@ import pytest
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.partition_codec import partition_strings
-from airflow_deltaberg.core.delta.stats import parse_stats, stats_type
+from airflow_deltaberg.core.delta.stats.stats import parse_stats, stats_type
 from airflow_deltaberg.core.errors import CorruptLogError
 
 SCHEMA = {
@@ -330,7 +330,7 @@ def test_stats_with_nan_bounds_keep_exact_decimals_and_timestamps() -> None:
     from decimal import Decimal
 
     from airflow_deltaberg.core.delta.schema import parse_type
-    from airflow_deltaberg.core.delta.stats import parse_stats
+    from airflow_deltaberg.core.delta.stats.stats import parse_stats
 
     schema = parse_type({"type": "struct", "fields": [
         {"name": "f", "type": "double", "nullable": True, "metadata": {}},

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_deltaberg.core.delta.file_types import type_mismatches
+from airflow_deltaberg.core.delta.file_checks.file_types import type_mismatches
 from airflow_deltaberg.core.delta.schema import parse_schema
 
 UTC = dt.timezone.utc

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.log_segment import list_log
+from airflow_deltaberg.core.delta.log.log_segment import list_log
 from airflow_deltaberg.core.errors import NotADeltaTableError
 
 #: Tables that must not load, with the typed error they give and why.

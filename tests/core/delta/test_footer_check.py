@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import airflow_deltaberg.core.delta.footer_check as footer_check
-from airflow_deltaberg.core.delta.file_footer import read_file_footer
+import airflow_deltaberg.core.delta.file_checks.footer_check as footer_check
+from airflow_deltaberg.core.delta.file_checks.file_footer import read_file_footer
 from airflow_deltaberg.core.errors import CorruptDataFileError
 from airflow_deltaberg.core.storage import open_storage
 

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_deltaberg.core.delta.file_footer import FileFooter, read_file_footer
-from airflow_deltaberg.core.delta.footer_stats import size_mismatch, stats_columns, stats_mismatches
+from airflow_deltaberg.core.delta.file_checks.file_footer import FileFooter, read_file_footer
+from airflow_deltaberg.core.delta.file_checks.footer_stats import size_mismatch, stats_columns, stats_mismatches
 from airflow_deltaberg.core.delta.schema import StructType, parse_schema
-from airflow_deltaberg.core.delta.stats import parse_stats
+from airflow_deltaberg.core.delta.stats.stats import parse_stats
 from airflow_deltaberg.core.storage import open_storage
 
 UTC = dt.timezone.utc

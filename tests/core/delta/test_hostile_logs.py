@@ -29,7 +29,7 @@ from support.delta_log import commit_file, edit_commit, read_actions, write_acti
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.log_segment import list_log
+from airflow_deltaberg.core.delta.log.log_segment import list_log
 from airflow_deltaberg.core.delta.schema import MAX_TYPE_DEPTH
 from airflow_deltaberg.core.errors import CorruptLogError, DeltabergError
 

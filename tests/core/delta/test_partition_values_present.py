@@ -20,7 +20,7 @@ from support.tables import iceberg_files
 
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.json_partition_keys import without_absent_keys
+from airflow_deltaberg.core.delta.log.json_partition_keys import without_absent_keys
 from airflow_deltaberg.core.delta.partition_codec import rows_without_key
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.iceberg.convert import convert

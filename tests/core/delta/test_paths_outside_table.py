@@ -20,7 +20,7 @@ from support.delta_log import append_commit
 from airflow_deltaberg.cli import main
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
+from airflow_deltaberg.core.delta.deletion_vectors.deletion_vectors import read_deletion_vector
 from airflow_deltaberg.core.errors import CorruptLogError, PathOutsideTableError
 
 UUID_Z85 = "0123456789abcdefghij"  # any 20 Z85 characters decode to a uuid

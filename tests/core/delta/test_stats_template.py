@@ -1,4 +1,4 @@
-"""The template decoder of stats JSON (core/delta/stats_template.py): every batch parses to exactly what pyarrow's
+"""The template decoder of stats JSON (core/delta/stats/stats_template.py): every batch parses to exactly what pyarrow's
 JSON reader (and the row-by-row parser after it) gives, whichever rows the template takes."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_deltaberg.core.delta import stats_template
 from airflow_deltaberg.core.delta.schema import parse_schema
-from airflow_deltaberg.core.delta.stats import _json_parse_type, parse_stats, stats_type
+from airflow_deltaberg.core.delta.stats import stats_template
+from airflow_deltaberg.core.delta.stats.stats import _json_parse_type, parse_stats, stats_type
 from airflow_deltaberg.core.errors import StatsParseError
 
 pytestmark = pytest.mark.skipif(not stats_template.available(), reason="numba (the `fast` extra) is not installed")
@@ -241,7 +241,7 @@ def test_a_decoder_that_cannot_load_leaves_the_stats_to_the_reader(monkeypatch: 
 
 
 def test_the_decoder_can_be_turned_off() -> None:
-    code = "from airflow_deltaberg.core.delta import stats_template as t; print(t.available())"
+    code = "from airflow_deltaberg.core.delta.stats import stats_template as t; print(t.available())"
     env = {**os.environ, "DELTABERG_FAST_STATS": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_deltaberg.core.delta.schema import parse_schema
-from airflow_deltaberg.core.delta.stats import parse_stats
+from airflow_deltaberg.core.delta.stats.stats import parse_stats
 from airflow_deltaberg.core.errors import StatsParseError
 
 SCHEMA = parse_schema(json.dumps({"type": "struct", "fields": [

@@ -15,7 +15,7 @@ from support.tables import COLUMNS, commit_lines, id_mode_table, log_bytes, rows
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.commit import commit_with_conflict_check
+from airflow_deltaberg.core.delta.log.commit import commit_with_conflict_check
 from airflow_deltaberg.core.enable.commit import OPERATION, commit_metadata_only, find_enable_commit
 from airflow_deltaberg.core.enable.plan import plan_enable
 from airflow_deltaberg.core.enable.run import enable

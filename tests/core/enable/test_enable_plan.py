@@ -18,7 +18,7 @@ from support.tables import id_mode_table
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.commit import write_commit
+from airflow_deltaberg.core.delta.log.commit import write_commit
 from airflow_deltaberg.core.delta.schema import parse_schema
 from airflow_deltaberg.core.enable.create import create_table
 from airflow_deltaberg.core.enable.plan import (

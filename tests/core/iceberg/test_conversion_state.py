@@ -18,7 +18,7 @@ from pyiceberg.table import StaticTable
 from pyiceberg.types import StructType
 from support.tables import STATE_KEY, newest_state_header
 
-import airflow_deltaberg.core.iceberg.manifest as manifest_module
+import airflow_deltaberg.core.iceberg.manifests.manifest as manifest_module
 from airflow_deltaberg.core.errors import ConversionStateError
 from airflow_deltaberg.core.iceberg.conversion_state import (
     ManifestRecord,
@@ -27,13 +27,13 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
     state_key,
 )
 from airflow_deltaberg.core.iceberg.convert import convert
-from airflow_deltaberg.core.iceberg.manifest import (
+from airflow_deltaberg.core.iceberg.manifests.manifest import (
     ManifestFileInfo,
     encode_manifest_list_rows,
     manifest_list_columns,
     write_manifest_list,
 )
-from airflow_deltaberg.core.iceberg.manifest_schema import manifest_file_type
+from airflow_deltaberg.core.iceberg.manifests.manifest_schema import manifest_file_type
 from airflow_deltaberg.core.iceberg.publish import latest_metadata
 from airflow_deltaberg.core.storage import open_storage
 

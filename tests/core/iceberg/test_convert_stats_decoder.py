@@ -16,7 +16,7 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from airflow_deltaberg.core.delta import stats, stats_template
+from airflow_deltaberg.core.delta.stats import stats, stats_template
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.storage import FileEntry, LocalStorage
 from tests.support.delta_log import write_commit
@@ -100,7 +100,7 @@ def test_numba_is_loaded_only_for_a_log_worth_it(tmp_path: Path, log_bytes: int 
     table = _table(tmp_path / "t", checkpoint=True)
     code = "\n".join([
         "import sys",
-        "from airflow_deltaberg.core.delta import stats_template",
+        "from airflow_deltaberg.core.delta.stats import stats_template",
         f"if {log_bytes!r} is not None: stats_template.WORTH_LOG_BYTES = {log_bytes!r}",
         "from airflow_deltaberg.core.iceberg.convert import convert",
         f"print(convert({str(table)!r}, full=True).files_added, 'numba' in sys.modules)",

@@ -28,11 +28,11 @@ from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
 from pyiceberg.table.puffin import PuffinFile
 from support.oracle import Rows, delta_rows, rows_of
 
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
-from airflow_deltaberg.core.delta.roaring import decode_roaring_bitmap_array
+from airflow_deltaberg.core.delta.deletion_vectors.deletion_vectors import read_deletion_vector
+from airflow_deltaberg.core.delta.deletion_vectors.roaring import decode_roaring_bitmap_array
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.convert import convert
-from airflow_deltaberg.core.iceberg.deletion_vector_files import DV_MAGIC, dv_blob, puffin_file
+from airflow_deltaberg.core.iceberg.deletes.deletion_vector_files import DV_MAGIC, dv_blob, puffin_file
 from airflow_deltaberg.core.storage import open_storage
 
 

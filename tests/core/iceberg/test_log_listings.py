@@ -14,7 +14,7 @@ from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.oracle import assert_same_rows, kernel_arrow
 
-from airflow_deltaberg.core.delta.log_segment import LOG_DIR, ListedLog, list_log, listed_log_segment
+from airflow_deltaberg.core.delta.log.log_segment import LOG_DIR, ListedLog, list_log, listed_log_segment
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.storage import LocalStorage
 

@@ -50,10 +50,10 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-import airflow_deltaberg.core.iceberg.manifest as manifest_module
-from airflow_deltaberg.core.iceberg.avro_encode import RowBuilder
-from airflow_deltaberg.core.iceberg.avro_iceberg import avro_schema, encode_rows
-from airflow_deltaberg.core.iceberg.manifest import (
+import airflow_deltaberg.core.iceberg.manifests.manifest as manifest_module
+from airflow_deltaberg.core.iceberg.avro.avro_encode import RowBuilder
+from airflow_deltaberg.core.iceberg.avro.avro_iceberg import avro_schema, encode_rows
+from airflow_deltaberg.core.iceberg.manifests.manifest import (
     FieldSummary,
     ManifestFileInfo,
     field_summary,
@@ -62,7 +62,7 @@ from airflow_deltaberg.core.iceberg.manifest import (
     write_manifest,
     write_manifest_list,
 )
-from airflow_deltaberg.core.iceberg.manifest_schema import MANIFEST_FILE_TYPE, manifest_entry_type
+from airflow_deltaberg.core.iceberg.manifests.manifest_schema import MANIFEST_FILE_TYPE, manifest_entry_type
 
 SNAPSHOT = 8_000_000_000_123
 OTHER_SNAPSHOT = 77

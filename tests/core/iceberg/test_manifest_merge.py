@@ -1,5 +1,6 @@
 """Metadata bounded over a table's life (issue 26 §2): an incremental conversion merges small manifests as Iceberg's
-merge-append does (``core/iceberg/manifest_merge.py``), so a table converted after every commit lists a bounded
+merge-append does (``core/iceberg/manifests/manifest_merge.py``), so a
+table converted after every commit lists a bounded
 number of manifests, its conversion states stay the same size, and a merged manifest's entries keep the snapshot
 ids and sequence numbers they were added with; the metadata files kept follow the table's
 ``write.metadata.previous-versions-max``."""
@@ -18,9 +19,9 @@ from pyiceberg.table import StaticTable
 from support.oracle import assert_same_rows, kernel_arrow
 
 from airflow_deltaberg.core.errors import TablePropertyError
-from airflow_deltaberg.core.iceberg import file_manifests, manifest_merge
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.core.iceberg.manifest_merge import DEFAULT_MIN_COUNT
+from airflow_deltaberg.core.iceberg.manifests import file_manifests, manifest_merge
+from airflow_deltaberg.core.iceberg.manifests.manifest_merge import DEFAULT_MIN_COUNT
 from airflow_deltaberg.core.iceberg.table_properties import DEFAULT_PREVIOUS_VERSIONS
 
 

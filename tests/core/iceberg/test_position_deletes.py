@@ -30,24 +30,28 @@ from pyiceberg.table.snapshots import Operation
 from support.deletion_vectors import data_file_entries, dv_location, z85_encode
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.commit import write_commit
-from airflow_deltaberg.core.delta.deletion_vectors import (
+from airflow_deltaberg.core.delta.deletion_vectors.deletion_vectors import (
     read_deletion_vector,
     read_deletion_vectors,
     relative_dv_key,
 )
-from airflow_deltaberg.core.delta.file_tables import dv_unique_id
-from airflow_deltaberg.core.delta.roaring import NATIVE_MAGIC, PORTABLE_MAGIC, decode_roaring_bitmap_array
-from airflow_deltaberg.core.delta.z85 import z85_decode, z85_uuid
+from airflow_deltaberg.core.delta.deletion_vectors.roaring import (
+    NATIVE_MAGIC,
+    PORTABLE_MAGIC,
+    decode_roaring_bitmap_array,
+)
+from airflow_deltaberg.core.delta.deletion_vectors.z85 import z85_decode, z85_uuid
+from airflow_deltaberg.core.delta.file_checks.file_tables import dv_unique_id
+from airflow_deltaberg.core.delta.log.commit import write_commit
 from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
-from airflow_deltaberg.core.iceberg.manifest import write_manifest, write_manifest_list
-from airflow_deltaberg.core.iceberg.partition import identity_spec
-from airflow_deltaberg.core.iceberg.position_deletes import (
+from airflow_deltaberg.core.iceberg.deletes.position_deletes import (
     FILE_PATH_ID,
     POS_ID,
     delete_file_key,
     write_position_deletes,
 )
+from airflow_deltaberg.core.iceberg.manifests.manifest import write_manifest, write_manifest_list
+from airflow_deltaberg.core.iceberg.partition import identity_spec
 from airflow_deltaberg.core.iceberg.schema import NAME_MAPPING_PROPERTY, convert_schema
 from airflow_deltaberg.core.iceberg.table_metadata import SnapshotSpec, build_metadata, snapshot_id_for
 from airflow_deltaberg.core.storage import LocalStorage

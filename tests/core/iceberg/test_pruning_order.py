@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_deltaberg.core.iceberg.file_manifests import pruning_order
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import pruning_order
 
 VALUES = [None, "", "a", "b", "a b", "é", "\N{GRINNING FACE}", "10", "9", "2024-01-01", "ab", "B"]
 

@@ -25,9 +25,9 @@ from support.oracle import assert_same_rows, kernel_arrow
 
 import airflow_deltaberg.core.iceberg.convert as convert_module
 from airflow_deltaberg.core.delta.snapshot import Snapshot
-from airflow_deltaberg.core.iceberg import file_manifests, manifest_spill
 from airflow_deltaberg.core.iceberg.convert import convert
-from airflow_deltaberg.core.iceberg.manifest_spill import SpillArea, spill_groups
+from airflow_deltaberg.core.iceberg.manifests import file_manifests, manifest_spill
+from airflow_deltaberg.core.iceberg.manifests.manifest_spill import SpillArea, spill_groups
 
 FIXTURE = "cdf-table-with-cdc-and-dvs"
 

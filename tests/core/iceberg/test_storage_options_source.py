@@ -17,8 +17,8 @@ from support.object_store import S3Endpoint, s3_server
 from support.oracle import assert_same_rows
 
 from airflow_deltaberg.core.delta.table import DeltaTable
-from airflow_deltaberg.core.iceberg import file_manifests
 from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.iceberg.manifests import file_manifests
 from airflow_deltaberg.core.storage import open_storage
 
 

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_deltaberg.core.delta.bounded_read import column_slices
-from airflow_deltaberg.core.delta.footer_check import footer_problem
+from airflow_deltaberg.core.delta.file_checks.bounded_read import column_slices
+from airflow_deltaberg.core.delta.file_checks.footer_check import footer_problem
 from airflow_deltaberg.core.delta.paths import is_absolute, resolve_relative
 from airflow_deltaberg.core.errors import (
     CorruptDataFileError,

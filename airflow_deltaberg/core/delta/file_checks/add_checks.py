@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vector
-from airflow_deltaberg.core.delta.file_footer import FileFooter
-from airflow_deltaberg.core.delta.footer_stats import StatsColumn, size_mismatch, stats_mismatches
+from airflow_deltaberg.core.delta.deletion_vectors.deletion_vectors import read_deletion_vector
+from airflow_deltaberg.core.delta.file_checks.file_footer import FileFooter
+from airflow_deltaberg.core.delta.file_checks.footer_stats import StatsColumn, size_mismatch, stats_mismatches
+from airflow_deltaberg.core.delta.file_checks.partition_file_values import partition_value_mismatches
 from airflow_deltaberg.core.delta.models import Metadata
-from airflow_deltaberg.core.delta.partition_file_values import partition_value_mismatches
 from airflow_deltaberg.core.storage import Storage
 
 

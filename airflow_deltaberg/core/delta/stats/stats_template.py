@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_deltaberg.core.delta.stats_slots import BOOL, INT, NUM, SKIP, STR, TS
+from airflow_deltaberg.core.delta.stats.stats_slots import BOOL, INT, NUM, SKIP, STR, TS
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +325,7 @@ class _Program:
 
 def kernels() -> ModuleType:
     """The compiled passes, imported (and numba with them) on first use."""
-    from airflow_deltaberg.core.delta import stats_kernels
+    from airflow_deltaberg.core.delta.stats import stats_kernels
 
     return stats_kernels
 

@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_deltaberg.core.delta.conflicts import find_conflict, reads_whole_table
-from airflow_deltaberg.core.delta.log_segment import commit_key, list_log
+from airflow_deltaberg.core.delta.log.conflicts import find_conflict, reads_whole_table
+from airflow_deltaberg.core.delta.log.log_segment import commit_key, list_log
 from airflow_deltaberg.core.delta.models import ICT_ENABLED, ICT_TIMESTAMP, ICT_VERSION
 from airflow_deltaberg.core.delta.table import DeltaTable
 from airflow_deltaberg.core.errors import CommitConflictError, CorruptLogError, FileAlreadyExistsError

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_deltaberg.core.delta.bounded_read import used_values
+from airflow_deltaberg.core.delta.file_checks.bounded_read import used_values
 from airflow_deltaberg.core.delta.models import Metadata
 from airflow_deltaberg.core.delta.partition_codec import parse_partition_values
 from airflow_deltaberg.core.delta.schema import PrimitiveType
-from airflow_deltaberg.core.delta.stats import value_type
+from airflow_deltaberg.core.delta.stats.stats import value_type
 
 
 def partition_value_mismatches(partition_values: Mapping[str, str | None] | Sequence[tuple[str, str | None]] | None,

@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
-from airflow_deltaberg.core.delta import stats_template
 from airflow_deltaberg.core.delta.schema import DataType, PrimitiveType, StructField, StructType
+from airflow_deltaberg.core.delta.stats import stats_template
 from airflow_deltaberg.core.errors import StatsCountError, StatsParseError
 
 _INTS = {"byte", "short", "integer", "long"}

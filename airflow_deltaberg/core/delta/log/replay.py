@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
-from airflow_deltaberg.core.delta.actions import ActionBatch, check_one_protocol_and_metadata, partition_columns_of
-from airflow_deltaberg.core.delta.checkpoint_actions import iter_checkpoint_stats, read_parquet_checkpoint_part
-from airflow_deltaberg.core.delta.commit_actions import read_json_actions
-from airflow_deltaberg.core.delta.file_tables import dv_unique_ids, logical_keys
-from airflow_deltaberg.core.delta.log_segment import LOG_DIR, LogSegment, commit_key
+from airflow_deltaberg.core.delta.file_checks.file_tables import dv_unique_ids, logical_keys
+from airflow_deltaberg.core.delta.log.actions import ActionBatch, check_one_protocol_and_metadata, partition_columns_of
+from airflow_deltaberg.core.delta.log.checkpoint_actions import iter_checkpoint_stats, read_parquet_checkpoint_part
+from airflow_deltaberg.core.delta.log.commit_actions import read_json_actions
+from airflow_deltaberg.core.delta.log.log_segment import LOG_DIR, LogSegment, commit_key
 from airflow_deltaberg.core.delta.models import DomainMetadata, Metadata, Protocol, Transaction, is_int
 from airflow_deltaberg.core.delta.partition_codec import partition_keys_and_rows, rows_without_key
 from airflow_deltaberg.core.delta.paths import PathScan, data_file_identities, refuse_invalid_paths, scan_paths

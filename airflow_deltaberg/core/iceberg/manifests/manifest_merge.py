@@ -41,8 +41,8 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
     with_first_row_ids,
     write_manifest_record,
 )
-from airflow_deltaberg.core.iceberg.file_manifests import MANIFEST_ROWS, SnapshotPlan, two_at_a_time
-from airflow_deltaberg.core.iceberg.manifest import STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import MANIFEST_ROWS, SnapshotPlan, two_at_a_time
+from airflow_deltaberg.core.iceberg.manifests.manifest import STATUS_ADDED, STATUS_DELETED, STATUS_EXISTING
 from airflow_deltaberg.core.iceberg.publish import metadata_folder_key
 from airflow_deltaberg.core.iceberg.table_properties import (
     MERGE_ENABLED,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
-from airflow_deltaberg.core.delta.file_types import logical_type
+from airflow_deltaberg.core.delta.file_checks.file_types import logical_type
 
 #: Why a millisecond column matters, for messages.
 WHY = ("Iceberg stores timestamps in microseconds, and Iceberg Java's Parquet row-group filter compares this "

@@ -31,17 +31,22 @@ import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
-from airflow_deltaberg.core.delta.file_tables import MANIFEST_INPUT_COLUMNS
+from airflow_deltaberg.core.delta.file_checks.file_tables import MANIFEST_INPUT_COLUMNS
 from airflow_deltaberg.core.delta.models import Metadata, Protocol
 from airflow_deltaberg.core.delta.partition_codec import partition_strings
 from airflow_deltaberg.core.delta.snapshot import Snapshot
-from airflow_deltaberg.core.delta.stats import parse_stats
+from airflow_deltaberg.core.delta.stats.stats import parse_stats
 from airflow_deltaberg.core.errors import StatsParseError
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, attempt_prefix, write_manifest_record
 from airflow_deltaberg.core.iceberg.data_files import entries_for_files
-from airflow_deltaberg.core.iceberg.deletion_vector_files import write_deletion_vectors
-from airflow_deltaberg.core.iceberg.manifest_spill import SpillArea, SpilledGroups, local_spill_area, spill_groups
-from airflow_deltaberg.core.iceberg.position_deletes import write_position_deletes
+from airflow_deltaberg.core.iceberg.deletes.deletion_vector_files import write_deletion_vectors
+from airflow_deltaberg.core.iceberg.deletes.position_deletes import write_position_deletes
+from airflow_deltaberg.core.iceberg.manifests.manifest_spill import (
+    SpillArea,
+    SpilledGroups,
+    local_spill_area,
+    spill_groups,
+)
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.iceberg.schema import ConvertedSchema
 from airflow_deltaberg.core.storage import Storage, open_storage

@@ -6,7 +6,7 @@
   change columns minus ``is_add``/``deletionTimestamp`` plus ``stats_parsed``;
 - manifest inputs (``MANIFEST_INPUT_COLUMNS``): the columns of either table that the Iceberg manifests take.
 
-Iceberg's manifest entries are ``core.iceberg.manifest_schema``'s.
+Iceberg's manifest entries are ``core.iceberg.manifests.manifest_schema``'s.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import FIELD_ID
-from airflow_deltaberg.core.delta.bounded_read import used_values
-from airflow_deltaberg.core.delta.file_types import logical_type
+from airflow_deltaberg.core.delta.file_checks.bounded_read import used_values
+from airflow_deltaberg.core.delta.file_checks.file_types import logical_type
 from airflow_deltaberg.core.delta.schema import PrimitiveType, StructField, StructType
 
 #: Delta's tie-breaker after a cut string maximum: U+007F (Delta on Spark 4.x), U+FFFD (earlier versions); U+FFFF

@@ -16,7 +16,9 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from airflow_deltaberg.core.delta.file_tables import dv_unique_id
+from airflow_deltaberg.core.delta.deletion_vectors.roaring import decode_roaring_bitmap_array
+from airflow_deltaberg.core.delta.deletion_vectors.z85 import z85_decode, z85_uuid
+from airflow_deltaberg.core.delta.file_checks.file_tables import dv_unique_id
 from airflow_deltaberg.core.delta.paths import (
     DV_UUID_CHARS,
     is_absolute,
@@ -24,8 +26,6 @@ from airflow_deltaberg.core.delta.paths import (
     relative_dv_prefix,
     resolve_relative,
 )
-from airflow_deltaberg.core.delta.roaring import decode_roaring_bitmap_array
-from airflow_deltaberg.core.delta.z85 import z85_decode, z85_uuid
 from airflow_deltaberg.core.errors import CorruptLogError, PathOutsideTableError, RoaringFormatError, StorageError
 from airflow_deltaberg.core.storage import Storage, open_storage
 

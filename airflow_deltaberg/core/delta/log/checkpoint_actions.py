@@ -12,7 +12,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import from_numpy
-from airflow_deltaberg.core.delta.actions import (
+from airflow_deltaberg.core.delta.file_checks.file_tables import ACTION_COLUMNS, FILE_CHANGES_SCHEMA, empty_file_changes
+from airflow_deltaberg.core.delta.file_checks.footer_check import footer_problem
+from airflow_deltaberg.core.delta.log.actions import (
     ACTION_NOUNS,
     FILE_KINDS,
     ActionBatch,
@@ -21,11 +23,9 @@ from airflow_deltaberg.core.delta.actions import (
     normalize_dv,
     one_line,
 )
-from airflow_deltaberg.core.delta.checkpoint_schema import checkpoint_type_problem
-from airflow_deltaberg.core.delta.file_tables import ACTION_COLUMNS, FILE_CHANGES_SCHEMA, empty_file_changes
-from airflow_deltaberg.core.delta.footer_check import footer_problem
-from airflow_deltaberg.core.delta.stats import STATS_STRUCT_ALIASES, conform_stats
-from airflow_deltaberg.core.delta.utf8 import arrow_utf8_problem
+from airflow_deltaberg.core.delta.log.checkpoint_schema import checkpoint_type_problem
+from airflow_deltaberg.core.delta.log.utf8 import arrow_utf8_problem
+from airflow_deltaberg.core.delta.stats.stats import STATS_STRUCT_ALIASES, conform_stats
 from airflow_deltaberg.core.errors import CorruptLogError, MissingCheckpointPartError, StatsParseError
 from airflow_deltaberg.core.read_ahead import map_ahead, read_ahead
 from airflow_deltaberg.core.storage import FileEntry, Storage

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_deltaberg.core.delta.file_tables import DV_TYPE
+from airflow_deltaberg.core.delta.file_checks.file_tables import DV_TYPE
 from airflow_deltaberg.core.errors import CorruptLogError
 
 FILE_KINDS = ("add", "remove")

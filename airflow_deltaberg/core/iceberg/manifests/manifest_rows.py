@@ -15,11 +15,11 @@ from pyiceberg.types import StructType
 
 from airflow_deltaberg.core.arrow_util import from_numpy, to_numpy
 from airflow_deltaberg.core.errors import AvroContainerError, ConversionStateError
-from airflow_deltaberg.core.iceberg.avro_container import read_rows
-from airflow_deltaberg.core.iceberg.avro_encode import binary_from_offsets, binary_parts
-from airflow_deltaberg.core.iceberg.avro_iceberg import encode_rows
-from airflow_deltaberg.core.iceberg.manifest import ENTRY_HEADER_TYPE, PREFIX_COLUMN, data_file_tail_type
-from airflow_deltaberg.core.iceberg.manifest_schema import data_file_type
+from airflow_deltaberg.core.iceberg.avro.avro_container import read_rows
+from airflow_deltaberg.core.iceberg.avro.avro_encode import binary_from_offsets, binary_parts
+from airflow_deltaberg.core.iceberg.avro.avro_iceberg import encode_rows
+from airflow_deltaberg.core.iceberg.manifests.manifest import ENTRY_HEADER_TYPE, PREFIX_COLUMN, data_file_tail_type
+from airflow_deltaberg.core.iceberg.manifests.manifest_schema import data_file_type
 from airflow_deltaberg.core.redact import location_text
 
 #: Where an entry's encoded row starts in its manifest's rows joined (blocks inflated, one after another).

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_deltaberg.core.arrow_util import FIELD_ID
-from airflow_deltaberg.core.delta.deletion_vectors import read_deletion_vectors
-from airflow_deltaberg.core.delta.file_tables import dv_unique_id
+from airflow_deltaberg.core.delta.deletion_vectors.deletion_vectors import read_deletion_vectors
+from airflow_deltaberg.core.delta.file_checks.file_tables import dv_unique_id
 from airflow_deltaberg.core.errors import CorruptLogError, DeleteFileMismatchError
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage

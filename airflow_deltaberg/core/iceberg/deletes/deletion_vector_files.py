@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from airflow_deltaberg.core.delta.file_tables import dv_unique_id
+from airflow_deltaberg.core.delta.file_checks.file_tables import dv_unique_id
 from airflow_deltaberg.core.errors import DeleteFileMismatchError
-from airflow_deltaberg.core.iceberg.position_deletes import added_delete_entries, write_per_deletion_vector
+from airflow_deltaberg.core.iceberg.deletes.position_deletes import added_delete_entries, write_per_deletion_vector
 from airflow_deltaberg.core.iceberg.publish import METADATA_DIR
 from airflow_deltaberg.core.storage import Storage
 

@@ -44,7 +44,7 @@ from airflow_deltaberg.core.iceberg.arrow_values import (
     int_values,
     validity,
 )
-from airflow_deltaberg.core.iceberg.avro_encode import RowBuilder, binary_from_offsets, binary_parts, encode_long
+from airflow_deltaberg.core.iceberg.avro.avro_encode import RowBuilder, binary_from_offsets, binary_parts, encode_long
 
 # Byte strings of one common length up to this size are laid out in slots (no per-row join); others are joined
 # as Arrow columns (C++ copies beat numpy gathers and masks for uneven lengths).

@@ -11,7 +11,7 @@ import zlib
 from dataclasses import dataclass
 
 from airflow_deltaberg.core.errors import AvroContainerError
-from airflow_deltaberg.core.iceberg.avro_encode import MAGIC
+from airflow_deltaberg.core.iceberg.avro.avro_encode import MAGIC
 
 try:
     from isal import isal_zlib

@@ -15,7 +15,14 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from airflow_deltaberg.core.arrow_util import from_numpy, strings, to_numpy
-from airflow_deltaberg.core.delta.actions import (
+from airflow_deltaberg.core.delta.file_checks.file_tables import (
+    ACTION_COLUMNS,
+    DV_TYPE,
+    FILE_CHANGES_SCHEMA,
+    STRING_MAP,
+    empty_file_changes,
+)
+from airflow_deltaberg.core.delta.log.actions import (
     ACTION_NOUNS,
     DV_REQUIRED_FIELDS,
     FILE_KINDS,
@@ -26,16 +33,9 @@ from airflow_deltaberg.core.delta.actions import (
     one_line,
     partition_columns_of,
 )
-from airflow_deltaberg.core.delta.crowded_maps import refuse_crowded_maps
-from airflow_deltaberg.core.delta.file_tables import (
-    ACTION_COLUMNS,
-    DV_TYPE,
-    FILE_CHANGES_SCHEMA,
-    STRING_MAP,
-    empty_file_changes,
-)
-from airflow_deltaberg.core.delta.json_partition_keys import without_absent_keys
-from airflow_deltaberg.core.delta.utf8 import ndjson_utf8_problem
+from airflow_deltaberg.core.delta.log.crowded_maps import refuse_crowded_maps
+from airflow_deltaberg.core.delta.log.json_partition_keys import without_absent_keys
+from airflow_deltaberg.core.delta.log.utf8 import ndjson_utf8_problem
 from airflow_deltaberg.core.errors import CorruptLogError
 from airflow_deltaberg.core.storage import FileEntry, Storage
 

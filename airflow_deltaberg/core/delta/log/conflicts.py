@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from airflow_deltaberg.core.delta.log_segment import commit_key
+from airflow_deltaberg.core.delta.log.log_segment import commit_key
 from airflow_deltaberg.core.delta.table import CommitRange
 from airflow_deltaberg.core.errors import CommitConflictError
 

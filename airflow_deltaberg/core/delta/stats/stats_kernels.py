@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from airflow_deltaberg.core.delta.stats_slots import BOOL, INT, NUM, STR, TS
+from airflow_deltaberg.core.delta.stats.stats_slots import BOOL, INT, NUM, STR, TS
 
 _jit = numba.njit(nogil=True, cache=True, boundscheck=False)
 # Helpers inlined at the IR level: a call would pass whole array structs.

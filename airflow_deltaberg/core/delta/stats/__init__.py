@@ -1,0 +1,1 @@
+"""Per-file Delta statistics: their Arrow type and the decoders of their JSON."""

@@ -1,0 +1,1 @@
+"""Avro for Iceberg: the object container file (writer and reader) and the column encoders."""

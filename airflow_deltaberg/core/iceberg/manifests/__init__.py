@@ -1,0 +1,1 @@
+"""Iceberg manifests and manifest lists: their schema, writing, merging, spilling, reading back."""
