@@ -6,34 +6,54 @@ with."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyiceberg.table import StaticTable
-from test_iceberg_deletion_vectors import FORMAT_VERSIONS, _pyiceberg_rows, _spark_rows
-from test_iceberg_read_parity import assert_same_rows, delta_df, iceberg_df, run_sql
+from test_iceberg_deletion_vectors import FORMAT_VERSIONS, _delta_read, _pyiceberg_rows
+from test_iceberg_read_parity import assert_same_rows, iceberg_df, run_sql
 
 from airflow_deltaberg.core.iceberg.convert import convert
 
 pytestmark = pytest.mark.spark
 
 
-@FORMAT_VERSIONS
-def test_merged_manifests_read_by_iceberg_java(iceberg_spark: Any, format_version: int, tmp_path: Path) -> None:
-    path = tmp_path / "merged"
+def _latest_version(path: Path) -> int:
+    return max(int(p.stem) for p in (path / "_delta_log").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def written(iceberg_spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    """The Delta on Spark table, written once for both format versions (its commits are most of the module's
+    time): the table and its version after the insert and after each of the 8 commits that follow."""
+    path = tmp_path_factory.mktemp("merged") / "merged"
     run_sql(iceberg_spark, path,
             "CREATE TABLE @ (id INT, v STRING) USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
             "INSERT INTO @ SELECT /*+ REPARTITION(1) */ id, CAST(id AS STRING) FROM range(0, 40)")
-    # Merged at 3 manifests, so that a few commits (a second or two each on Spark) merge data and delete manifests.
-    latest = convert(str(path), format_version=format_version,
-                     table_properties={"commit.manifest.min-count-to-merge": "3"})
+    versions = [_latest_version(path)]
     for k in range(8):
         if k % 3 == 0:  # a deletion vector on the first file (its delete file replaced), or a new file's
             run_sql(iceberg_spark, path, f"DELETE FROM @ WHERE id = {k} OR id = {1000 + k - 3}")
         else:
             run_sql(iceberg_spark, path, f"INSERT INTO @ VALUES ({1000 + k}, 'new')")
-        latest = convert(str(path))
+        versions.append(_latest_version(path))
+    return path, versions
+
+
+@FORMAT_VERSIONS
+def test_merged_manifests_read_by_iceberg_java(iceberg_spark: Any, format_version: int, tmp_path: Path,
+                                               written: tuple[Path, list[int]]) -> None:
+    """A copy of the table converted after every commit."""
+    source, versions = written
+    path = tmp_path / "merged"
+    shutil.copytree(source, path)
+    # Merged at 3 manifests, so that a few commits merge data and delete manifests.
+    latest = convert(str(path), version=versions[0], format_version=format_version,
+                     table_properties={"commit.manifest.min-count-to-merge": "3"})
+    for version in versions[1:]:
+        latest = convert(str(path), version=version)
         assert latest.mode == "incremental"
 
     manifests = iceberg_df(iceberg_spark, latest.metadata_location, table="manifests").collect()
@@ -42,9 +62,11 @@ def test_merged_manifests_read_by_iceberg_java(iceberg_spark: Any, format_versio
     snapshots = iceberg_df(iceberg_spark, latest.metadata_location, table="snapshots").orderBy("committed_at").collect()
     for row in snapshots[:1] + snapshots[-2:]:
         version = int(row.summary["delta-version"])
-        delta = delta_df(iceberg_spark, path, version)
-        assert_same_rows(iceberg_df(iceberg_spark, latest.metadata_location, row.snapshot_id), delta, f"v{version}")
-        assert _pyiceberg_rows(latest.metadata_location, row.snapshot_id, delta) == _spark_rows(delta)
+        # Delta on Spark reads the written table (the copy's log and files): each version once for both tests.
+        delta, delta_rows = _delta_read(iceberg_spark, source, version)
+        assert_same_rows(iceberg_df(iceberg_spark, latest.metadata_location, row.snapshot_id), delta, f"v{version}",
+                         delta_rows)
+        assert _pyiceberg_rows(latest.metadata_location, row.snapshot_id, delta) == delta_rows
     # Every live entry carries the sequence numbers of the snapshot that added its file (its snapshot_id).
     sequence = {s.snapshot_id: s.sequence_number
                 for s in StaticTable.from_metadata(latest.metadata_location).metadata.snapshots}
