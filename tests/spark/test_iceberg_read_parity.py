@@ -447,6 +447,7 @@ def converted(request: pytest.FixtureRequest, iceberg_spark: Any,
 def test_rows_match_delta_at_every_version(iceberg_spark: Any, converted: Converted) -> None:
     spark, c = iceberg_spark, converted
     summaries = {row.snapshot_id: row.summary for row in c.snapshot_rows}
+    rows: list[Any] = []
     for version, snapshot_id in sorted(c.snapshots.items()):
         what = f"{c.name} Delta version {version} / Iceberg snapshot {snapshot_id}"
         delta = delta_df(spark, c.path, version)
@@ -454,8 +455,9 @@ def test_rows_match_delta_at_every_version(iceberg_spark: Any, converted: Conver
         assert_same_rows(iceberg_df(spark, c.metadata_location, snapshot_id), delta, what, rows)
         summary = summaries[snapshot_id]
         assert (int(summary["total-records"]), int(summary["total-data-files"])) == (len(rows), len(files)), what
+    # The rows of the latest version were collected last in the loop.
     assert_same_rows(iceberg_df(spark, c.metadata_location), delta_df(spark, c.path),
-                     f"{c.name} full re-conversion of version {c.latest_version}")
+                     f"{c.name} full re-conversion of version {c.latest_version}", rows)
 
 
 def test_snapshot_lineage(converted: Converted) -> None:
