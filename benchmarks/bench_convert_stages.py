@@ -37,7 +37,7 @@ STAGES = [
     ("airflow_deltaberg.core.iceberg.manifests.manifest_spill", "SpilledGroups.group", "spill files read back"),
     ("airflow_deltaberg.core.iceberg.manifests.file_manifests", "_entries_in_order", "manifest entries built"),
     ("airflow_deltaberg.core.iceberg.conversion_state", "write_manifest", "Avro encoding"),
-    ("airflow_deltaberg.core.iceberg.avro.avro_encode", "deflate", "deflate"),
+    ("airflow_deltaberg.core.iceberg.avro.avro_container", "deflate", "deflate"),
     ("airflow_deltaberg.core.iceberg.manifests.file_manifests", "write_manifest_record", "manifest written (+ above)"),
 ]
 

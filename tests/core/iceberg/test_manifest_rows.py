@@ -19,8 +19,7 @@ from pyiceberg.table import StaticTable
 from support.manifests import written_manifests
 
 from airflow_deltaberg.core.errors import AvroContainerError, ConversionStateError
-from airflow_deltaberg.core.iceberg.avro.avro_container import read_rows
-from airflow_deltaberg.core.iceberg.avro.avro_encode import AvroContainerWriter
+from airflow_deltaberg.core.iceberg.avro.avro_container import AvroContainerWriter, read_rows
 from airflow_deltaberg.core.iceberg.conversion_state import ManifestRecord, read_entries, read_state
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.manifests.manifest_rows import KEPT_COLUMNS, ROW_START

@@ -25,7 +25,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, FloatType, IcebergType, StructType
 
 from airflow_deltaberg.core.iceberg.arrow_values import int_values, validity
-from airflow_deltaberg.core.iceberg.avro.avro_encode import AvroContainerWriter, binary_parts
+from airflow_deltaberg.core.iceberg.avro.avro_container import AvroContainerWriter
+from airflow_deltaberg.core.iceberg.avro.avro_encode import binary_parts
 from airflow_deltaberg.core.iceberg.avro.avro_iceberg import avro_schema, encode_rows
 from airflow_deltaberg.core.iceberg.manifests.manifest_schema import (
     FIELD_SUMMARY_TYPE,
