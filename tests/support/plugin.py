@@ -17,6 +17,7 @@ import pytest
 
 from support import (
     environment,  # first: it sets the Airflow environment
+    jvm_archive,
     rest_catalog,
     servers,
     spark_session,
@@ -36,6 +37,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "fixture_tables(exclude=()): parametrize the `fixture_table` argument with the name of every "
         "fixture table root (a directory holding _delta_log) except those in `exclude`",
     )
+    # The JVM archive, made once (.cache/jvm) before any Spark JVM starts: by the process that starts the workers,
+    # or the only process. Not for runs that deselect the spark tests.
+    if not hasattr(config, "workerinput") and "not spark" not in (config.option.markexpr or ""):
+        if jvm_archive.build(spark_session.BASE_JVM_OPTIONS):
+            spark_session.use_archive()
 
 
 #: The modules that took longest in a measured two-worker run (tests/README.md, "How long the suite takes"),

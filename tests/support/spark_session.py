@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from support import jvm_archive
 from support.environment import JARS_DIR, REPO_ROOT, missing_jars
 
 #: Jars the Spark session cannot do without (Delta on Spark), as glob patterns in JARS_DIR.
@@ -30,7 +31,9 @@ ICEBERG_JARS = ("iceberg-spark-runtime-*.jar",)
 #: The driver JVM's options in tests: short-lived JVMs doing many small queries on a 2-core machine, where C1-only
 #: JIT and the serial GC cut the run time by a third to a half (C2 compilations and parallel GC threads compete with
 #: the queries).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+BASE_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: BASE_JVM_OPTIONS, and the class-data-sharing archive of support.jvm_archive when there is one (use_archive()).
+JVM_OPTIONS = BASE_JVM_OPTIONS
 #: $PYSPARK_SUBMIT_ARGS for a process that starts its own local Spark through pyspark (`deltaberg enable`): the
 #: JVM_OPTIONS, given the way a user gives a driver setting to such a process.
 PYSPARK_SUBMIT_ARGS = f'--conf "spark.driver.extraJavaOptions={JVM_OPTIONS}" pyspark-shell'
@@ -38,6 +41,17 @@ PYSPARK_SUBMIT_ARGS = f'--conf "spark.driver.extraJavaOptions={JVM_OPTIONS}" pys
 #: shuffle and Delta snapshot partitions for 2 cores instead of Spark's 200 and Delta's 50 (each an idle task).
 SUBMIT_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                "spark.databricks.delta.snapshotPartitions": "2", "spark.driver.extraJavaOptions": JVM_OPTIONS}
+
+
+def use_archive() -> None:
+    """JVM_OPTIONS, PYSPARK_SUBMIT_ARGS and SUBMIT_CONF (in place) with the JVM archive, when there is one."""
+    global JVM_OPTIONS, PYSPARK_SUBMIT_ARGS
+    JVM_OPTIONS = f"{BASE_JVM_OPTIONS} {jvm_archive.options(BASE_JVM_OPTIONS)}".strip()
+    PYSPARK_SUBMIT_ARGS = f'--conf "spark.driver.extraJavaOptions={JVM_OPTIONS}" pyspark-shell'
+    SUBMIT_CONF["spark.driver.extraJavaOptions"] = JVM_OPTIONS
+
+
+use_archive()
 
 
 def require_jars(patterns: tuple[str, ...], what: str) -> None:
