@@ -49,7 +49,6 @@ def pytest_configure(config: pytest.Config) -> None:
 #: the end while the other worker has nothing left.
 LONGEST_MODULES = (
     "deployment/test_example_dags_deployed.py",
-    "spark/test_iceberg_deletion_vectors.py",
     "spark/test_iceberg_read_parity.py",
     "operators/test_cluster_s3.py",
     "core/iceberg/test_table_life.py",
@@ -58,12 +57,13 @@ LONGEST_MODULES = (
     "spark/test_delta_parity.py",
     "spark/test_enable_rewrite.py",
     "fuzz/test_fuzz.py",
-    "spark/test_manifest_merge_iceberg_java.py",
     "example_dags/test_example_dags.py",
     "spark/test_regenerate.py",
     "operators/test_enable_operator.py",
     "spark/test_compat_v3_parity.py",
     "spark/test_stats_cover_data_spark.py",
+    "spark/test_iceberg_deletion_vectors.py",
+    "spark/test_manifest_merge_iceberg_java.py",
 )
 
 
