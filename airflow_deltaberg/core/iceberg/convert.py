@@ -19,9 +19,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.table.snapshots import Operation
 
 from airflow_deltaberg.core.delta import DeltaTable, Snapshot
+from airflow_deltaberg.core.delta.log.log_segment import ListedLog, LogSegment
 from airflow_deltaberg.core.delta.log.replay import refuse_reader_only_features, refuse_unsupported_metadata
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.stats import stats_template
@@ -38,8 +40,8 @@ from airflow_deltaberg.core.iceberg.catalog import (
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, read_state
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
 from airflow_deltaberg.core.iceberg.convert_incremental import convert_incremental
-from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, schema_and_spec
-from airflow_deltaberg.core.iceberg.expire import delete_expired_files
+from airflow_deltaberg.core.iceberg.convert_plan import IcebergBase, plan_snapshot, schema_and_spec
+from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files
 from airflow_deltaberg.core.iceberg.history import expire_history
 from airflow_deltaberg.core.iceberg.manifests.file_manifests import ManifestEngine, in_process, write_snapshot_manifests
 from airflow_deltaberg.core.iceberg.manifests.manifest import FORMAT_VERSIONS
@@ -50,7 +52,7 @@ from airflow_deltaberg.core.iceberg.publish import (
     dropped_metadata_files,
     ensure_version_hint,
 )
-from airflow_deltaberg.core.iceberg.table_identity import adopted_history, history_for
+from airflow_deltaberg.core.iceberg.table_identity import History, adopted_history, history_for
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TABLE_ID, DELTA_VERSION, table_uuid_for
 from airflow_deltaberg.core.iceberg.table_properties import check_table_properties
 from airflow_deltaberg.core.iceberg.verify_stats import verify_snapshot_stats
@@ -85,9 +87,9 @@ class ConversionResult:
         return {**asdict(self), "warnings": list(self.warnings)}
 
 
-def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
+def convert_full(table: DeltaTable, snapshot: Snapshot, base: IcebergBase, *,
                  manifest_engine: ManifestEngine | None = None, format_version: int = 2,
-                 table_properties: Mapping[str, str] | None = None) -> tuple[Tip, int, int]:
+                 table_properties: Mapping[str, str] | None = None) -> tuple[IcebergBase, int, int]:
     """One Iceberg snapshot listing every live file of ``snapshot``."""
     storage = table.storage
     version, file = snapshot.defined_in or (snapshot.version, None)
@@ -96,19 +98,19 @@ def convert_full(table: DeltaTable, snapshot: Snapshot, tip: Tip, *,
     refuse_reader_only_features(snapshot.protocol, table=table.location, version=protocol_version, file=protocol_file)
     refuse_unsupported_metadata(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
                                 file=file)
-    plan = plan_snapshot(table, tip, snapshot.metadata, snapshot.protocol, snapshot.version, snapshot.timestamp,
+    plan = plan_snapshot(table, base, snapshot.metadata, snapshot.protocol, snapshot.version, snapshot.timestamp,
                          format_version, table_properties)
-    with discarded_unless_published(storage, tip, plan):
+    with discarded_unless_published(storage, base, plan):
         manifests = ManifestTable.from_records(write_snapshot_manifests(storage, plan, snapshot,
                                                                         manifest_engine or in_process))
         summary = snapshot_summary(manifests, plan.snapshot_id)
         # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
-        removed_files = tip.total_files
-        summary["deleted-data-files"], summary["deleted-records"] = str(removed_files), str(tip.total_records)
-        prev = tip.published.metadata if tip.published else None
-        new_tip = commit_snapshot(storage, tip, plan, manifests, Operation.OVERWRITE if prev else Operation.APPEND,
+        removed_files = base.total_files
+        summary["deleted-data-files"], summary["deleted-records"] = str(removed_files), str(base.total_records)
+        prev = base.published.metadata if base.published else None
+        new_base = commit_snapshot(storage, base, plan, manifests, Operation.OVERWRITE if prev else Operation.APPEND,
                                    summary)
-    return new_tip, int(summary["added-data-files"]), removed_files
+    return new_base, int(summary["added-data-files"]), removed_files
 
 
 def _current_state(storage: Storage, published: PublishedMetadata | None) -> tuple[ConversionState | None, str | None]:
@@ -121,6 +123,220 @@ def _current_state(storage: Storage, published: PublishedMetadata | None) -> tup
         return (read_state(storage, snapshot.manifest_list) if snapshot else None), None
     except ConversionStateError as exc:
         return None, str(exc)
+
+
+@dataclass(frozen=True)
+class _Formats:
+    """The Iceberg format version a run writes, and whether that upgrades the converted table."""
+
+    wanted: int
+    published: int | None
+
+    @property
+    def upgrade(self) -> bool:
+        return self.published is not None and self.wanted > self.published
+
+    @classmethod
+    def of(cls, published: PublishedMetadata | None, asked: int | None, table: str) -> _Formats:
+        """Raises ValueError for an unknown format version, DeltabergError for a downgrade."""
+        published_format = published.metadata.format_version if published else None
+        wanted = asked or published_format or 2
+        if wanted not in FORMAT_VERSIONS:
+            raise ValueError(f"Iceberg format version must be one of {FORMAT_VERSIONS}, got {asked!r}")
+        if published_format is not None and wanted < published_format:
+            raise DeltabergError(f"{table}: the Iceberg table has format version {published_format}, which "
+                                 f"cannot go back to {wanted}")
+        return cls(wanted, published_format)
+
+
+@dataclass(frozen=True)
+class _CatalogTarget:
+    """The catalog entry a run points at its metadata (none without an identifier)."""
+
+    table: str
+    identifier: str | None
+    name: str
+    config: Mapping[str, Any] | None
+    #: Opened before anything is written when its pointer moves onto any table (the SQL catalog's "updates" mode),
+    #: so that each write can be checked against it first.
+    opened: Catalog | None
+
+    @classmethod
+    def of(cls, table: str, identifier: str | None, name: str, config: Mapping[str, Any] | None,
+           format_version: int) -> _CatalogTarget:
+        opened = None
+        if identifier is not None:
+            check_format_version(name, config, format_version)  # before anything is written
+            if configured_commit_mode(config) == "updates":
+                opened = open_catalog(name, config)
+        return cls(table, identifier, name, config, opened)
+
+    def check(self, table_uuid: str, delta_table_id: str | None) -> None:
+        """Before a write: can the catalog be pointed to metadata of ``table_uuid``?"""
+        if self.opened is not None and self.identifier is not None:
+            check_catalog_target(self.opened, self.identifier, table_uuid, table=self.table,
+                                 delta_table_id=delta_table_id)
+
+    def point(self, metadata_location: str) -> None:
+        if self.identifier is not None:
+            point_catalog(self.opened or open_catalog(self.name, self.config), self.identifier, metadata_location)
+
+
+@dataclass
+class _Run:
+    """What a run has done so far, and the Iceberg state its next step builds on."""
+
+    base: IcebergBase
+    mode: str
+    fall_back: str | None
+    warnings: list[str]
+    files_added: int = 0
+    files_removed: int = 0
+    written: int = 0
+    outside: int = 0
+    new_history: str | None = None  # the warning that the run started a new Iceberg history
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The options of ``convert`` that its steps read."""
+
+    manifest_engine: ManifestEngine | None
+    retain_snapshots: int | None
+    max_snapshot_age_ms: int | None
+    verify_stats: bool
+    strict: bool
+    table_properties: Mapping[str, str] | None
+
+
+def _opened_table(location: str, storage_options: Mapping[str, Any] | None, identifier: str | None,
+                  table_properties: Mapping[str, str] | None) -> DeltaTable:
+    """The Delta table, once the checks that need no log passed (before anything is written)."""
+    table = DeltaTable(location, storage_options)
+    if identifier is not None:
+        check_identifier(identifier, table.location)
+    check_table_properties(table_properties or {}, table=table.location)
+    table.storage.check_folder(METADATA_DIR)  # a file in the way
+    return table
+
+
+def _mode(history: History, fall_back: str | None, target: int, formats: _Formats, full: bool,
+          table: str) -> tuple[str, str | None]:
+    """``up-to-date``, ``incremental`` or ``full``, and why a full conversion where an incremental one could have
+    been (``fall_back`` when given)."""
+    published = history.published
+    converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
+    if published is not None and converted_version == target and not full and not formats.upgrade and fall_back is None:
+        return "up-to-date", None
+    if not (full or published is None or converted_version > target or formats.upgrade or fall_back is not None):
+        return "incremental", None
+    # Said in the result, as every full conversion an incremental one could have been.
+    if fall_back is None and not full and formats.upgrade:
+        fall_back = (f"the Iceberg table is upgraded from format version {formats.published} to "
+                     f"{formats.wanted}, which takes a full conversion")
+    elif fall_back is None and not full and published is not None and converted_version > target:
+        fall_back = (f"Delta version {target} is older than the converted {converted_version}: its files are "
+                     "converted in full")
+    if fall_back is not None:
+        log.info("%s: full conversion: %s", table, fall_back)
+    return "full", fall_back
+
+
+def _convert_commits(run: _Run, table: DeltaTable, target: int, options: _Options, listed: ListedLog | None) -> None:
+    """One snapshot per Delta commit up to ``target``; the run turns full when they cannot all be converted."""
+    progress = convert_incremental(table, run.base, target, verify_stats=options.verify_stats, strict=options.strict,
+                                   table_properties=options.table_properties, listed=listed)
+    if progress.fall_back is None:
+        run.base, run.files_added, run.files_removed = progress.base, progress.files_added, progress.files_removed
+        run.warnings += progress.warnings
+        run.written, run.outside = progress.snapshots_written, progress.files_outside_table
+    else:
+        log.info("%s: full conversion instead of incremental: %s", table.location, progress.fall_back)
+        run.fall_back = progress.fall_back
+        run.mode = "full"
+        # What it published stays: the full conversion builds on it.
+        run.base, run.written = progress.base, progress.snapshots_written
+
+
+def _convert_version(run: _Run, table: DeltaTable, segment: LogSegment | None, target: int, history: History,
+                     catalog: _CatalogTarget, format_version: int, options: _Options) -> None:
+    """One snapshot listing every live file of Delta version ``target``."""
+    segment = segment or table.log_segment(target)
+    if table.stats_text_bytes(segment) >= stats_template.WORTH_LOG_BYTES:
+        stats_template.warm_up()  # while the log loads
+    with large_buffer_pool():
+        snapshot = table.snapshot(segment=segment)
+        # Another Delta table (or history) than the base's starts a new Iceberg history.
+        run.base, run.new_history, history_start = history_for(run.base, snapshot.metadata.id, history)
+        if run.new_history is not None or run.base.published is None:
+            catalog.check(table_uuid_for(snapshot.metadata.id), snapshot.metadata.id)
+        if run.new_history is not None:
+            run.warnings.append(run.new_history)
+        run.outside = files_outside_table(snapshot.state.adds, table.location).count
+        verified = None
+        if options.verify_stats:
+            converted, _ = schema_and_spec(snapshot.metadata, table.location, run.base, format_version)
+            verified = verify_snapshot_stats(table.storage, snapshot, converted.name_mapping)
+        run.warnings += millis_warnings(table.storage, snapshot.state.adds, [snapshot.schema],
+                                        table=table.location, version=snapshot.version, strict=options.strict,
+                                        verified=verified)
+        run.base, run.files_added, run.files_removed = convert_full(
+            table, snapshot, run.base, manifest_engine=options.manifest_engine, format_version=format_version,
+            table_properties={**(options.table_properties or {}), **history_start})
+    run.written += 1
+
+
+def _expire_and_point(run: _Run, table: DeltaTable, history: History, catalog: _CatalogTarget, options: _Options,
+                      listed: ListedLog | None) -> Expiry:
+    """Expire snapshots, then move the version hint and the catalog to the run's metadata, then delete what no
+    pointer names any more: expired files, dropped metadata files, killed attempts' files."""
+    assert run.base.published is not None
+    expiry = expire_history(table, run.base.published, configuration=run.base.state.delta_metadata.configuration
+                            if run.base.state else {}, retain_snapshots=options.retain_snapshots,
+                            max_snapshot_age_ms=options.max_snapshot_age_ms, now_ms=int(time.time() * 1000),
+                            version=run.base.next_version,  # above a metadata file this run ignored
+                            listed=listed)
+    run.base = IcebergBase(expiry.published or run.base.published, run.base.state)
+    # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
+    ensure_version_hint(table.storage, run.base.published.version)
+    catalog.point(run.base.published.location)
+    # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
+    # metadata files that fell out of the metadata log.
+    delete_expired_files(table.storage, expiry)
+    # Metadata files of an earlier history are not this history's to drop (the attempt cleanup deletes them once
+    # the new history is old enough, ``earlier_histories``); nor is a file this run ignored deleted.
+    same_history = history.published is not None and run.new_history is None
+    for key in dropped_metadata_files(table.storage, history.published, run.base.published) if same_history else ():
+        if key not in history.ignored:
+            table.storage.delete(key)
+    remove_abandoned_attempts(table.storage, run.base.published, run.base.state, int(time.time() * 1000))
+    return expiry
+
+
+def _result(run: _Run, table: DeltaTable, target: int, expiry: Expiry, identifier: str | None,
+            started: float) -> ConversionResult:
+    published = run.base.published
+    assert published is not None
+    warnings = list(run.warnings)
+    if run.base.state is not None:
+        warnings += collation_warnings(run.base.state.delta_metadata.schema)
+    return ConversionResult(
+        table=table.location,
+        mode=run.mode,
+        delta_version=int(published.metadata.properties.get(DELTA_VERSION, target)),
+        snapshot_id=published.metadata.current_snapshot_id or 0,
+        metadata_location=published.location,
+        files_added=run.files_added,
+        files_removed=run.files_removed,
+        records=run.base.total_records,
+        seconds=round(time.monotonic() - started, 3),
+        identifier=identifier,
+        snapshots_written=run.written,
+        snapshots_expired=expiry.snapshots_expired,
+        files_outside_table=run.outside,
+        fall_back=run.fall_back,
+        warnings=tuple(warnings),
+    )
 
 
 def convert(
@@ -174,137 +390,27 @@ def convert(
     (TablePropertyError), as are values that are not ones, before anything is written.
     """
     started = time.monotonic()
-    table = DeltaTable(location, storage_options)
-    if identifier is not None:
-        check_identifier(identifier, table.location)  # before anything is written
-    check_table_properties(table_properties or {}, table=table.location)
-    table.storage.check_folder(METADATA_DIR)  # a file in the way: refused before anything is written
+    options = _Options(manifest_engine, retain_snapshots, max_snapshot_age_ms, verify_stats, strict,
+                       table_properties)
+    table = _opened_table(location, storage_options, identifier, table_properties)
     # The latest version's log segment is the one a full conversion reads: the log is listed once.
     segment, listed = table.listed_log_segment() if version is None else (None, None)
     target = segment.version if segment is not None else version
     history = adopted_history(table.storage, target, table.latest_version)
     published = history.published
-    published_format = published.metadata.format_version if published else None
-    wanted_format = format_version or published_format or 2
-    if wanted_format not in FORMAT_VERSIONS:
-        raise ValueError(f"Iceberg format version must be one of {FORMAT_VERSIONS}, got {format_version!r}")
-    if published_format is not None and wanted_format < published_format:
-        raise DeltabergError(f"{table.location}: the Iceberg table has format version {published_format}, which "
-                             f"cannot go back to {wanted_format}")
-    upgrade = published_format is not None and wanted_format > published_format
-    catalog = None
-    if identifier is not None:
-        check_format_version(catalog_name, catalog_config, wanted_format)  # before anything is written
-        if configured_commit_mode(catalog_config) == "updates":  # the SQL catalog's pointer moves onto any table
-            catalog = open_catalog(catalog_name, catalog_config)
-
-    def check_catalog(table_uuid: str, delta_table_id: str | None) -> None:
-        """Before a write: can the catalog be pointed to metadata of ``table_uuid``?"""
-        if catalog is not None and identifier is not None:
-            check_catalog_target(catalog, identifier, table_uuid, table=table.location, delta_table_id=delta_table_id)
-
+    formats = _Formats.of(published, format_version, table.location)
+    catalog = _CatalogTarget.of(table.location, identifier, catalog_name, catalog_config, formats.wanted)
     state, unreadable = _current_state(table.storage, published)
-    tip = Tip(published, state, seen_version=history.newest_version)
-    converted_version = int(published.metadata.properties.get(DELTA_VERSION, -1)) if published else -1
-    files_added = files_removed = written = outside = 0
-    # Ignored metadata files and a history that cannot be checked against the log are said, and convert in full.
-    fall_back = None if full else history.fall_back or unreadable
-    warnings = list(history.warnings)
-    new_history: str | None = None
     if published is not None:  # an incremental run, expiry and an up-to-date run publish onto its table
-        check_catalog(str(published.metadata.table_uuid), published.metadata.properties.get(DELTA_TABLE_ID))
-    if published is not None and converted_version == target and not full and not upgrade and fall_back is None:
-        mode = "up-to-date"
-    else:
-        mode = "incremental"
-        if full or published is None or converted_version > target or upgrade or fall_back is not None:
-            mode = "full"
-            # Said in the result, as every full conversion an incremental one could have been.
-            if fall_back is None and not full and upgrade:
-                fall_back = (f"the Iceberg table is upgraded from format version {published_format} to "
-                             f"{wanted_format}, which takes a full conversion")
-            elif fall_back is None and not full and published is not None and converted_version > target:
-                fall_back = (f"Delta version {target} is older than the converted {converted_version}: its files are "
-                             "converted in full")
-            if fall_back is not None:
-                log.info("%s: full conversion: %s", table.location, fall_back)
-        else:
-            progress = convert_incremental(table, tip, target, verify_stats=verify_stats,
-                                           strict=strict, table_properties=table_properties, listed=listed)
-            if progress.fall_back is None:
-                tip, files_added, files_removed = progress.tip, progress.files_added, progress.files_removed
-                warnings += progress.warnings
-                written, outside = progress.snapshots_written, progress.files_outside_table
-            else:
-                log.info("%s: full conversion instead of incremental: %s", table.location, progress.fall_back)
-                fall_back = progress.fall_back
-                mode = "full"
-                # What it published stays: the full conversion builds on it.
-                tip, written = progress.tip, progress.snapshots_written
-        if mode == "full":
-            segment = segment or table.log_segment(target)
-            if table.stats_text_bytes(segment) >= stats_template.WORTH_LOG_BYTES:
-                stats_template.warm_up()  # while the log loads
-            with large_buffer_pool():
-                snapshot = table.snapshot(segment=segment)
-                # Another Delta table (or history) than the tip's starts a new Iceberg history.
-                tip, new_history, history_start = history_for(tip, snapshot.metadata.id, history)
-                if new_history is not None or tip.published is None:
-                    check_catalog(table_uuid_for(snapshot.metadata.id), snapshot.metadata.id)
-                if new_history is not None:
-                    warnings.append(new_history)
-                outside = files_outside_table(snapshot.state.adds, table.location).count
-                verified = None
-                if verify_stats:
-                    converted, _ = schema_and_spec(snapshot.metadata, table.location, tip, wanted_format)
-                    verified = verify_snapshot_stats(table.storage, snapshot, converted.name_mapping)
-                warnings += millis_warnings(table.storage, snapshot.state.adds, [snapshot.schema],
-                                            table=table.location, version=snapshot.version, strict=strict,
-                                            verified=verified)
-                tip, files_added, files_removed = convert_full(table, snapshot, tip,
-                                                               manifest_engine=manifest_engine,
-                                                               format_version=wanted_format,
-                                                               table_properties={**(table_properties or {}),
-                                                                                 **history_start})
-            written += 1
-    assert tip.published is not None
-    expiry = expire_history(table, tip.published, configuration=tip.state.delta_metadata.configuration
-                            if tip.state else {}, retain_snapshots=retain_snapshots,
-                            max_snapshot_age_ms=max_snapshot_age_ms, now_ms=int(time.time() * 1000),
-                            version=tip.next_version,  # above a metadata file this run ignored
-                            listed=listed)
-    tip = Tip(expiry.published or tip.published, tip.state)
-    # A crash between a metadata file and its hint leaves the hint behind: bring it up to date.
-    ensure_version_hint(table.storage, tip.published.version)
-    if identifier is not None:
-        point_catalog(catalog or open_catalog(catalog_name, catalog_config), identifier, tip.published.location)
-    # Files of expired snapshots go only once no pointer names a metadata file that uses them; so do the
-    # metadata files that fell out of the metadata log.
-    delete_expired_files(table.storage, expiry)
-    # Metadata files of an earlier history are not this history's to drop (the attempt cleanup deletes them once
-    # the new history is old enough, ``earlier_histories``); nor is a file this run ignored deleted.
-    same_history = published is not None and new_history is None
-    for key in dropped_metadata_files(table.storage, published, tip.published) if same_history else ():
-        if key not in history.ignored:
-            table.storage.delete(key)
-    remove_abandoned_attempts(table.storage, tip.published, tip.state, int(time.time() * 1000))
-    current = tip.published.metadata.current_snapshot_id or 0
-    if tip.state is not None:
-        warnings += collation_warnings(tip.state.delta_metadata.schema)
-    return ConversionResult(
-        table=table.location,
-        mode=mode,
-        delta_version=int(tip.published.metadata.properties.get(DELTA_VERSION, target)),
-        snapshot_id=current,
-        metadata_location=tip.published.location,
-        files_added=files_added,
-        files_removed=files_removed,
-        records=tip.total_records,
-        seconds=round(time.monotonic() - started, 3),
-        identifier=identifier,
-        snapshots_written=written,
-        snapshots_expired=expiry.snapshots_expired,
-        files_outside_table=outside,
-        fall_back=fall_back,
-        warnings=tuple(warnings),
-    )
+        catalog.check(str(published.metadata.table_uuid), published.metadata.properties.get(DELTA_TABLE_ID))
+    # Ignored metadata files and a history that cannot be checked against the log are said, and convert in full.
+    mode, fall_back = _mode(history, None if full else history.fall_back or unreadable, target, formats, full,
+                            table.location)
+    run = _Run(IcebergBase(published, state, seen_version=history.newest_version), mode, fall_back,
+               list(history.warnings))
+    if run.mode == "incremental":
+        _convert_commits(run, table, target, options, listed)
+    if run.mode == "full":
+        _convert_version(run, table, segment, target, history, catalog, formats.wanted, options)
+    expiry = _expire_and_point(run, table, history, catalog, options, listed)
+    return _result(run, table, target, expiry, identifier, started)

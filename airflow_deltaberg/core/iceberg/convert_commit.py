@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Operation
 from airflow_deltaberg.core.errors import CorruptLogError, StorageTimeoutError
 from airflow_deltaberg.core.iceberg.attempt_cleanup import attempt_age_ms
 from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, attempt_keys, write_state
-from airflow_deltaberg.core.iceberg.convert_plan import Tip, converted_mapping_mode, resets_history
+from airflow_deltaberg.core.iceberg.convert_plan import IcebergBase, converted_mapping_mode, resets_history
 from airflow_deltaberg.core.iceberg.earlier_histories import START_MARKERS, earlier_histories_gone, stamped_start
 from airflow_deltaberg.core.iceberg.manifests.file_manifests import SnapshotPlan
 from airflow_deltaberg.core.iceberg.manifests.manifest import (
@@ -56,8 +56,8 @@ METADATA_FILE_DEFAULTS = {PREVIOUS_VERSIONS_MAX: str(DEFAULT_PREVIOUS_VERSIONS),
                           DELETE_AFTER_COMMIT: str(DEFAULT_DELETE_AFTER_COMMIT).lower()}
 
 
-def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: ManifestTable,
-                     operation: Operation, summary: dict[str, str]) -> Tip:
+def commit_snapshot(storage: Storage, base: IcebergBase, plan: SnapshotPlan, manifests: ManifestTable,
+                     operation: Operation, summary: dict[str, str]) -> IcebergBase:
     """Write the state, manifest list and metadata of one new Iceberg snapshot, then publish it. Only the
     manifest-list rows of the manifests new in it are encoded; the others are copied as they are."""
     too_big = sorted(name for name, value in summary.items() if int(value) > LONG_MAX)
@@ -67,7 +67,7 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
         raise CorruptLogError(f"the live files' numRecords add up to more than a long holds ({', '.join(too_big)}); "
                               "the numRecords of some data file is wrong", table=plan.table,
                               version=plan.delta_version)
-    prev = tip.published.metadata if tip.published else None
+    prev = base.published.metadata if base.published else None
     positions = manifests.unencoded(plan.format_version)
     records = manifests.records(positions)
     infos = [assign_sequence_numbers(r.info, plan.snapshot_id, plan.sequence_number) for r in records]
@@ -93,7 +93,7 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
                                  format_version=plan.format_version,
                                  first_row_id=lineage.first_row_id if lineage else None)
     mode = plan.metadata.column_mapping_mode
-    reset = resets_history(tip, plan.metadata)
+    reset = resets_history(base, plan.metadata)
     # Earlier snapshots read their own schemas' columns by name too (schema_history).
     name_mapping = history_name_mapping(plan.converted.name_mapping, None if reset else prev, plan.converted.schema)
     kept = prev.properties if prev else {}
@@ -105,15 +105,15 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
     now_ms = int(time.time() * 1000)
     metadata_properties.update(stamped_start(plan.table_properties, now_ms))  # a new history's start: now
     # Once the earlier histories' files are gone, nothing more marks them: later runs do not look for them.
-    gone = tip.published is not None and earlier_histories_gone(
-        storage, tip.published, now_ms - attempt_age_ms(tip.published), table=plan.table)
+    gone = base.published is not None and earlier_histories_gone(
+        storage, base.published, now_ms - attempt_age_ms(base.published), table=plan.table)
     if reset:
         log.info("%s: column mapping mode %s -> %s at Delta version %s: the Iceberg schemas, partition specs and "
-                 "snapshots start afresh (column ids change)", plan.table, converted_mapping_mode(tip), mode,
+                 "snapshots start afresh (column ids change)", plan.table, converted_mapping_mode(base), mode,
                  plan.delta_version)
     metadata = build_metadata(
         previous=prev,
-        previous_location=tip.published.location if tip.published else None,
+        previous_location=base.published.location if base.published else None,
         location=storage.uri(ICEBERG_DIR),
         delta_table_id=plan.metadata.id,
         schema=plan.converted.schema,
@@ -128,8 +128,8 @@ def commit_snapshot(storage: Storage, tip: Tip, plan: SnapshotPlan, manifests: M
         lineage=lineage,
         dropped_properties=START_MARKERS if gone else (),
     )
-    published = publish_metadata(storage, tip.next_version, metadata)
-    return Tip(published, state)
+    published = publish_metadata(storage, base.next_version, metadata)
+    return IcebergBase(published, state)
 
 
 def snapshot_summary(manifests: ManifestTable, snapshot_id: int) -> dict[str, str]:
@@ -164,8 +164,8 @@ def snapshot_summary(manifests: ManifestTable, snapshot_id: int) -> dict[str, st
 
 
 @contextmanager
-def discarded_unless_published(storage: Storage, tip: Tip, plan: SnapshotPlan) -> Iterator[None]:
-    """Run one attempt at the snapshot of ``plan`` on top of ``tip``: when it fails before its metadata file is
+def discarded_unless_published(storage: Storage, base: IcebergBase, plan: SnapshotPlan) -> Iterator[None]:
+    """Run one attempt at the snapshot of ``plan`` on top of ``base``: when it fails before its metadata file is
     published, the files it wrote (manifests, entry copies, manifest list, state) are deleted, so that a refused
     or failed conversion leaves nothing behind. Once the metadata file names them they stay, whatever fails next.
     So do they after a storage call given up on at its bound: that write may still land (a metadata file naming
@@ -177,7 +177,7 @@ def discarded_unless_published(storage: Storage, tip: Tip, plan: SnapshotPlan) -
                     "write given up on may still land)", plan.table, plan.attempt)
         raise
     except BaseException:
-        if not _published_by(storage, tip.next_version, plan.attempt):
+        if not _published_by(storage, base.next_version, plan.attempt):
             try:
                 for key in attempt_keys(storage, plan.attempt):
                     storage.delete(key)

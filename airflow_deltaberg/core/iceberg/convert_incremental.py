@@ -31,7 +31,7 @@ from airflow_deltaberg.core.iceberg.conversion_state import (
     write_manifest_record,
 )
 from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
-from airflow_deltaberg.core.iceberg.convert_plan import Tip, plan_snapshot, schema_and_spec
+from airflow_deltaberg.core.iceberg.convert_plan import IcebergBase, plan_snapshot, schema_and_spec
 from airflow_deltaberg.core.iceberg.data_files import data_file_locations
 from airflow_deltaberg.core.iceberg.deletes.deletion_vector_files import deletion_vector_key
 from airflow_deltaberg.core.iceberg.deletes.position_deletes import delete_file_key
@@ -49,11 +49,11 @@ from airflow_deltaberg.core.storage import Storage
 
 @dataclass(frozen=True)
 class Progress:
-    """The Iceberg tip after some incremental snapshots, and what they did. ``fall_back``: why the incremental
-    conversion stopped short of the target version, and a full conversion must go on from ``tip`` (which holds
+    """The Iceberg base after some incremental snapshots, and what they did. ``fall_back``: why the incremental
+    conversion stopped short of the target version, and a full conversion must go on from ``base`` (which holds
     the snapshots published before it stopped)."""
 
-    tip: Tip
+    base: IcebergBase
     files_added: int = 0
     files_removed: int = 0
     snapshots_written: int = 0
@@ -108,16 +108,16 @@ def _remove_entries(
     return {p: record for p, record in zip(positions, rewritten, strict=True) if record is not None}
 
 
-def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Table,
-                    removes: pa.Table) -> tuple[Tip, int, int]:
+def _convert_commit(storage: Storage, base: IcebergBase, plan: SnapshotPlan, adds: pa.Table,
+                    removes: pa.Table) -> tuple[IcebergBase, int, int]:
     """One Iceberg snapshot for one Delta commit's add and remove actions, its small manifests merged as the table
     properties say (``manifest_merge``).
 
     A path both removed and added in the commit is the same data file with a new deletion vector (or none):
     its data entry stays, and only its position deletes change.
     """
-    assert tip.state is not None  # convert_incremental starts from a state, and every snapshot it writes has one
-    manifests = tip.state.manifests
+    assert base.state is not None  # convert_incremental starts from a state, and every snapshot it writes has one
+    manifests = base.state.manifests
     add_locations = data_file_locations(storage, adds.column("path").combine_chunks())
     removed_locations = data_file_locations(storage, removes.column("path").combine_chunks())
     changes = pa.concat_arrays([adds.column("dataChange").combine_chunks(),
@@ -141,12 +141,12 @@ def _convert_commit(storage: Storage, tip: Tip, plan: SnapshotPlan, adds: pa.Tab
         if entries.deletes is not None:
             added += write_entry_manifests(storage, plan, entries.deletes, content="deletes")
     manifests = manifests.with_changes(rewritten, added).without_spent(plan.snapshot_id)
-    assert tip.published is not None  # as tip.state
-    settings = MergeSettings.of({**tip.published.metadata.properties, **plan.table_properties}, table=plan.table)
+    assert base.published is not None  # as base.state
+    settings = MergeSettings.of({**base.published.metadata.properties, **plan.table_properties}, table=plan.table)
     manifests = merge_manifests(storage, manifests, plan, settings)
     summary = snapshot_summary(manifests, plan.snapshot_id)
-    new_tip = commit_snapshot(storage, tip, plan, manifests, _operation(changes, summary), summary)
-    return new_tip, int(summary["added-data-files"]), int(summary["deleted-data-files"])
+    new_base = commit_snapshot(storage, base, plan, manifests, _operation(changes, summary), summary)
+    return new_base, int(summary["added-data-files"]), int(summary["deleted-data-files"])
 
 
 def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: SnapshotPlan,
@@ -203,36 +203,36 @@ def _live_files_added_again(storage: Storage, manifests: ManifestTable, plan: Sn
     return readded
 
 
-def convert_incremental(table: DeltaTable, tip: Tip, target_version: int, *,
+def convert_incremental(table: DeltaTable, base: IcebergBase, target_version: int, *,
                         verify_stats: bool = False, strict: bool = False,
                         table_properties: Mapping[str, str] | None = None,
                         listed: ListedLog | None = None) -> Progress:
-    """One Iceberg snapshot per Delta commit after the tip's version, in the table's format version; a progress
+    """One Iceberg snapshot per Delta commit after the base's version, in the table's format version; a progress
     with ``fall_back`` when the commits or the conversion state are not available. ``verify_stats``: the added
     files' stats are checked against their footers before the first snapshot is written. ``strict``: added files
     Iceberg readers misread are refused then too (``core.iceberg.misread``), else they are warned about. ``listed``:
     this run's listing of the log, used when it covers the commits."""
-    if tip.state is None or tip.published is None:
-        return Progress(tip, fall_back="no conversion state next to the current Iceberg snapshot")
-    format_version = tip.published.metadata.format_version  # another one is reached by a full conversion
-    start = tip.state.delta_version + 1
+    if base.state is None or base.published is None:
+        return Progress(base, fall_back="no conversion state next to the current Iceberg snapshot")
+    format_version = base.published.metadata.format_version  # another one is reached by a full conversion
+    start = base.state.delta_version + 1
     try:
         commit_range = table.commits(start, target_version, listed=listed)
     except VersionNotFoundError as exc:
-        return Progress(tip, fall_back=f"the commits after version {start - 1} are gone ({exc})")
+        return Progress(base, fall_back=f"the commits after version {start - 1} are gone ({exc})")
     actions = commit_range.actions
-    metadata = tip.state.delta_metadata
+    metadata = base.state.delta_metadata
     verified = None
     if verify_stats:
         verified = verify_commit_stats(table.storage, table.location, actions, metadata, start, target_version,
-                                       lambda m: schema_and_spec(m, table.location, tip,
+                                       lambda m: schema_and_spec(m, table.location, base,
                                                                  format_version)[0].name_mapping)
     try:
         metadata_by_version = commit_range.metadata_changes()
     except CorruptLogError as exc:
         # A version in between whose metaData a later commit replaces cannot be read (nor converted on its own);
         # the target version still can be, in full.
-        return Progress(tip, fall_back=f"a version after {start - 1} cannot be read on its own ({exc})")
+        return Progress(base, fall_back=f"a version after {start - 1} cannot be read on its own ({exc})")
     added = actions.file_actions.filter(actions.file_actions.column("is_add"))
     schemas = [metadata.schema, *(m.schema for m in metadata_by_version.values())]
     warnings = millis_warnings(table.storage, added, schemas, table=table.location, version=target_version,
@@ -240,7 +240,7 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int, *,
     protocols = {version: Protocol.from_action(body) for version, name, body in actions.other_actions
                  if name == "protocol"}  # parsed and checked by table.commits already
     files_added = files_removed = written = outside = 0
-    protocol = tip.state.delta_protocol  # the protocol in force
+    protocol = base.state.delta_protocol  # the protocol in force
     metadata_version = None  # the version of the range that set the metaData in force, if one did
     for version in range(start, target_version + 1):
         protocol = protocols.get(version, protocol)
@@ -253,7 +253,7 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int, *,
                 reason = f"version {version} changes the column mapping mode, and with it the ids of the columns"
             if reason is not None:
                 # The snapshots of the commits before it are published: the full conversion goes on from them.
-                return Progress(tip, files_added, files_removed, written, outside, fall_back=reason)
+                return Progress(base, files_added, files_removed, written, outside, fall_back=reason)
             refuse_changed_column_id(metadata, new_metadata, table=table.location, version=version,
                                      file=commit_range.files.get(version))
             metadata, metadata_version = new_metadata, version
@@ -268,18 +268,18 @@ def convert_incremental(table: DeltaTable, tip: Tip, target_version: int, *,
         refuse_missing_partition_values(adds, metadata, table.location, commit_range.files.__getitem__)
         outside += files_outside_table(adds, table.location).count
         timestamp = table.commit_timestamp(commit_range, version, protocol, metadata, metadata_version)
-        plan = plan_snapshot(table, tip, metadata, protocol, version, timestamp, format_version, table_properties)
+        plan = plan_snapshot(table, base, metadata, protocol, version, timestamp, format_version, table_properties)
         try:
-            with discarded_unless_published(table.storage, tip, plan):
-                tip, added, removed = _convert_commit(table.storage, tip, plan, adds, removes)
+            with discarded_unless_published(table.storage, base, plan):
+                base, added, removed = _convert_commit(table.storage, base, plan, adds, removes)
         except StatsParseError as exc:  # raised by with_parsed_stats, which names the add
             raise CorruptLogError(exc.describe(), table=table.location, version=version,
                                   file=table.storage.uri(commit_key(version))) from exc
         except ConversionStateError as exc:
             # The state is derived from the Delta log: the full conversion writes it again, with new manifests.
-            return Progress(tip, files_added, files_removed, written, outside,
+            return Progress(base, files_added, files_removed, written, outside,
                             fall_back=f"version {version} needs the entries of a damaged manifest: {exc}")
         files_added += added
         files_removed += removed
         written += 1
-    return Progress(tip, files_added, files_removed, written, outside, warnings=tuple(warnings))
+    return Progress(base, files_added, files_removed, written, outside, warnings=tuple(warnings))

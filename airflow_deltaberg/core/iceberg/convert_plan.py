@@ -1,4 +1,4 @@
-"""The plan of one Iceberg snapshot of a conversion: the Iceberg state it builds on (``Tip``), the schema and
+"""The plan of one Iceberg snapshot of a conversion: the Iceberg state it builds on (``IcebergBase``), the schema and
 partition spec converted from the Delta metadata, the snapshot id and sequence number (``plan_snapshot``)."""
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 
 
 @dataclass
-class Tip:
-    """The Iceberg state a new snapshot builds on."""
+class IcebergBase:
+    """The Iceberg state a new snapshot builds on: the published metadata and its conversion state (None for a
+    new table)."""
 
     published: PublishedMetadata | None
     state: ConversionState | None
@@ -61,12 +62,12 @@ def _maps_change_type(metadata: TableMetadata | None) -> bool:
     return mapping is not None and any(CHANGE_TYPE_COLUMN in m.names for m in mapping)
 
 
-def schema_and_spec(metadata: Metadata, table: str, tip: Tip, format_version: int = 2,
+def schema_and_spec(metadata: Metadata, table: str, base: IcebergBase, format_version: int = 2,
                     version: int | None = None) -> tuple[ConvertedSchema, PartitionSpec]:
     """The Iceberg schema (with its name mapping) and partition spec of ``metadata`` (of Delta ``version``) on top
-    of ``tip``."""
-    prev = tip.published.metadata if tip.published else None
-    reset = resets_history(tip, metadata)
+    of ``base``."""
+    prev = base.published.metadata if base.published else None
+    reset = resets_history(base, metadata)
     converted = convert_schema(
         metadata.schema, metadata.column_mapping_mode, table=table,
         previous=prev.schema() if prev else None, previous_last_column_id=prev.last_column_id if prev else 0,
@@ -79,10 +80,10 @@ def schema_and_spec(metadata: Metadata, table: str, tip: Tip, format_version: in
                                     previous=prev.partition_specs if prev else ())
 
 
-def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Protocol | None, delta_version: int,
-                  timestamp_ms: int, format_version: int = 2,
+def plan_snapshot(table: DeltaTable, base: IcebergBase, metadata: Metadata, protocol: Protocol | None,
+                  delta_version: int, timestamp_ms: int, format_version: int = 2,
                   table_properties: Mapping[str, str] | None = None) -> SnapshotPlan:
-    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``tip`` (``metadata`` and ``protocol``: the
+    """The plan of the Iceberg snapshot for ``delta_version`` on top of ``base`` (``metadata`` and ``protocol``: the
     Delta metaData and protocol in force at that version; ``table_properties``: Iceberg table properties to set).
     The plan's storage options are those the table's storage was opened with, its one source.
 
@@ -94,9 +95,9 @@ def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Pro
         raise CorruptLogError(f"the schema uses column mapping id {above[0]}, above {MAX_COLUMN_ID} {above[1]}: "
                               "ids no writer assigned may not be the field ids of the data files",
                               table=table.location, version=delta_version)
-    converted, spec = schema_and_spec(metadata, table.location, tip, format_version, delta_version)
-    prev = tip.published.metadata if tip.published else None
-    schema, spec = with_table_ids(converted.schema, spec, prev, resets_history(tip, metadata))
+    converted, spec = schema_and_spec(metadata, table.location, base, format_version, delta_version)
+    prev = base.published.metadata if base.published else None
+    schema, spec = with_table_ids(converted.schema, spec, prev, resets_history(base, metadata))
     converted = replace(converted, schema=schema)
     return SnapshotPlan(
         table=table.location,
@@ -114,16 +115,16 @@ def plan_snapshot(table: DeltaTable, tip: Tip, metadata: Metadata, protocol: Pro
     )
 
 
-def converted_mapping_mode(tip: Tip) -> str | None:
-    """The Delta column mapping mode of the converted version the tip holds."""
-    if tip.published is None:
+def converted_mapping_mode(base: IcebergBase) -> str | None:
+    """The Delta column mapping mode of the converted version the base holds."""
+    if base.published is None:
         return None
-    mode = tip.published.metadata.properties.get(DELTA_COLUMN_MAPPING_MODE)
-    if mode is None and tip.state is not None:
-        mode = tip.state.delta_metadata.column_mapping_mode
+    mode = base.published.metadata.properties.get(DELTA_COLUMN_MAPPING_MODE)
+    if mode is None and base.state is not None:
+        mode = base.state.delta_metadata.column_mapping_mode
     return mode
 
 
-def resets_history(tip: Tip, metadata: Metadata) -> bool:
-    previous_mode = converted_mapping_mode(tip)
+def resets_history(base: IcebergBase, metadata: Metadata) -> bool:
+    previous_mode = converted_mapping_mode(base)
     return previous_mode is not None and previous_mode != metadata.column_mapping_mode

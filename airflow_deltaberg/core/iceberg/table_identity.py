@@ -27,7 +27,7 @@ from pyiceberg.exceptions import ValidationError
 
 from airflow_deltaberg.core.delta.log.log_segment import commit_key, list_log
 from airflow_deltaberg.core.errors import DeltabergError, StorageError
-from airflow_deltaberg.core.iceberg.convert_plan import Tip
+from airflow_deltaberg.core.iceberg.convert_plan import IcebergBase
 from airflow_deltaberg.core.iceberg.earlier_histories import start_properties
 from airflow_deltaberg.core.iceberg.publish import (
     ICEBERG_DIR,
@@ -180,22 +180,23 @@ def _unverified(published: PublishedMetadata, in_log: Callable[[str], str | None
     return None
 
 
-def history_for(tip: Tip, delta_table_id: str, history: History) -> tuple[Tip, str | None, dict[str, str]]:
-    """The tip a full conversion of Delta table ``delta_table_id`` builds on, a warning when that is a new history,
+def history_for(base: IcebergBase, delta_table_id: str,
+                history: History) -> tuple[IcebergBase, str | None, dict[str, str]]:
+    """The base a full conversion of Delta table ``delta_table_id`` builds on, a warning when that is a new history,
     and the properties that record the new history's start (``earlier_histories``; empty for the same history):
-    ``tip`` itself when it holds the same table, else none of its snapshots (numbered on above it)."""
-    if tip.published is None:
+    ``base`` itself when it holds the same table, else none of its snapshots (numbered on above it)."""
+    if base.published is None:
         if history.replaced_table_id is None:
-            return tip, None, {}
+            return base, None, {}
         old = history.replaced_table_id
         replaced_uuid = table_uuid_for(old)
     else:
-        old = tip.published.metadata.properties.get(DELTA_TABLE_ID)
+        old = base.published.metadata.properties.get(DELTA_TABLE_ID)
         if old == delta_table_id:
-            return tip, None, {}
-        replaced_uuid = str(tip.published.metadata.table_uuid)
-        tip = Tip(None, None, seen_version=max(tip.published.version, tip.seen_version))
+            return base, None, {}
+        replaced_uuid = str(base.published.metadata.table_uuid)
+        base = IcebergBase(None, None, seen_version=max(base.published.version, base.seen_version))
     what = "the same Delta table id with another history" if old == delta_table_id else f"Delta table {old}"
-    return tip, (f"the Iceberg metadata was converted from {what}; the Delta table is now {delta_table_id}: a new "
+    return base, (f"the Iceberg metadata was converted from {what}; the Delta table is now {delta_table_id}: a new "
                  f"Iceberg history starts (table uuid {table_uuid_for(delta_table_id)}), without the earlier "
-                 "snapshots"), start_properties(tip.next_version, replaced_uuid)
+                 "snapshots"), start_properties(base.next_version, replaced_uuid)
