@@ -381,12 +381,7 @@ class LocalStorage(Storage):
         return self._bounded("look for", key, lambda: os.path.isfile(self._path(key)))
 
     def delete(self, key: str) -> None:
-        try:
-            self._bounded("delete", key, lambda: os.unlink(self._path(key)))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise _local_error(exc, f"cannot delete {self._path(key)}") from exc
+        self.delete_many([key])
 
     def delete_many(self, keys: Iterable[str]) -> None:
         # One bounded call for them all: a thread per file cost more than the unlink (an expiry deletes ~40).

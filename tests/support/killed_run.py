@@ -79,25 +79,35 @@ def _main(path: str, kill_at: str, log_path: str, kwargs: dict[str, Any]) -> Non
     count = 0
     log = open(log_path, "a")  # noqa: SIM115 - open for the life of the process
 
+    def counted(name: str, key: str) -> None:
+        nonlocal count
+        count += 1
+        log.write(f"{count} {name} {key}\n")
+        log.flush()
+        if str(count) == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
     def counting(name: str) -> None:
         original = getattr(storage.LocalStorage, name)
 
         def call(self: storage.LocalStorage, key: str, *args: Any) -> Any:
-            nonlocal count
-            count += 1
-            log.write(f"{count} {name} {key}\n")
-            log.flush()
-            if str(count) == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
+            counted(name, key)
             return original(self, key, *args)
 
         setattr(storage.LocalStorage, name, call)
 
-    for name in ("write_if_absent", "replace", "delete"):
+    for name in ("write_if_absent", "replace"):
         counting(name)
-    # LocalStorage.delete_many unlinks a batch in one bounded call: one counted delete per file instead, so that a
-    # kill can land between any two of expiry's deletes, as it can in a real run.
-    storage.LocalStorage.delete_many = lambda self, keys: [self.delete(key) for key in keys]  # type: ignore[method-assign]
+    # LocalStorage.delete (one file) goes through delete_many, which unlinks a batch in one bounded call: one counted
+    # delete per file instead, so that a kill can land between any two of expiry's deletes, as it can in a real run.
+    delete_many = storage.LocalStorage.delete_many
+
+    def counted_deletes(self: storage.LocalStorage, keys: Any) -> None:
+        for key in keys:
+            counted("delete", key)
+            delete_many(self, [key])
+
+    storage.LocalStorage.delete_many = counted_deletes  # type: ignore[method-assign]
     if kill_at == "manifest-list":
         lists = 0
         write_list = convert_commit.write_manifest_list_rows
