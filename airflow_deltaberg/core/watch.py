@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
 from airflow_deltaberg.core.delta.log.log_segment import LAST_CHECKPOINT, LOG_DIR, LogListing, read_last_checkpoint
 from airflow_deltaberg.core.errors import (
@@ -212,7 +213,8 @@ def iceberg_state(storage: Storage, *, table: str | None = None) -> IcebergState
         raise StorageError(f"table {table}: Iceberg metadata vanished while being read: {exc}") from exc
     except OSError as exc:
         raise StorageError(f"table {table}: cannot read the Iceberg metadata: {exc}") from exc
-    except (ValidationError, ValueError, DeltabergError) as exc:
+    # pyiceberg's parser raises its own ValidationError for a file that is not JSON.
+    except (ValidationError, IcebergValidationError, ValueError, DeltabergError) as exc:
         raise IcebergStartError(
             f"the Iceberg metadata cannot be parsed ({exc}); give the start version explicitly or repair "
             "the metadata with a new conversion",

@@ -23,6 +23,7 @@ from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.storage import FileEntry, LocalStorage, Storage, open_storage
 from airflow_deltaberg.core.watch import (
     iceberg_delta_version,
+    iceberg_state,
     latest_version_after,
     poll_new_commits,
     unchanged_since,
@@ -381,3 +382,13 @@ def test_negative_start_version_is_refused(tmp_path: Path) -> None:
     storage: Storage = open_storage(str(tmp_path))
     with pytest.raises(ValueError):
         latest_version_after(storage, -1)
+
+
+def test_iceberg_metadata_that_is_not_json_is_a_typed_error(tmp_path: Path) -> None:
+    # pyiceberg's parser raises its own ValidationError, not pydantic's: a watcher catches only typed errors.
+    metadata = tmp_path / "_iceberg" / "metadata"
+    metadata.mkdir(parents=True)
+    (metadata / "v1.metadata.json").write_text("{not json")
+    (metadata / "version-hint.text").write_text("1")
+    with pytest.raises(IcebergStartError, match="cannot be parsed"):
+        iceberg_state(LocalStorage(str(tmp_path)))
