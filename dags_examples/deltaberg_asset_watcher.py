@@ -11,9 +11,10 @@ schedules this DAG (the Airflow 3 way; deltaberg_event_driven.py waits in a defe
               each conversion, its triggering event's extra holding delta_version, snapshot_id, mode,
               files_added and records (docs/lineage.md)
 
-The watcher's cursor (the last version it reported) is kept in Airflow's asset state store: a triggerer restart
-neither repeats a batch nor loses one, and commits converted by other means meanwhile make no event (the cursor
-is never behind the Iceberg metadata's ``delta-version``). Before the first conversion every version is new: the
+The watcher's cursor is the later of the last version it reported (in the trigger's memory) and the Iceberg
+metadata's ``delta-version``, which this DAG's runs move and where a restarted trigger begins: a triggerer restart
+loses no batch, and repeats one only when its run had not converted it yet (the repeated run finds it converted);
+commits converted by other means meanwhile make no event. Before the first conversion every version is new: the
 first event comes at the first poll. Events that arrive while a run is queued or running schedule one run, which
 converts them all (max_active_runs=1).
 

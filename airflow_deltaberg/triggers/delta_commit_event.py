@@ -3,11 +3,22 @@
 A DAG scheduled on ``Asset("delta://...", watchers=[AssetWatcher(name=..., trigger=DeltaCommitEventTrigger(...))])``
 runs when the table has new commits; no run and no worker slot wait meanwhile, only this trigger on the triggerer.
 
-The cursor (the last version an event reported) survives a triggerer restart: after each event it is stored in
-Airflow's asset state store (key ``WATERMARK_KEY``, one per watched asset), and a poll starts from the later of it
-and the Iceberg metadata's ``delta-version`` (core.watch.commits_after_cursor). ``serialize()`` holds only the
-configuration: the triggerer captures it once, so a cursor kept there would be lost on restart, and Airflow
-identifies an event trigger by the hash of its kwargs (BaseEventTrigger.hash), which a moving cursor would change.
+The cursor is kept in memory and derived again when the trigger starts: the Iceberg metadata's ``delta-version``,
+which the runs its events schedule move (core.watch.commits_after_cursor takes the later of it and the last
+event's ``to_version``). Nothing is written per event: a write goes through the triggerer's supervisor, and was a
+third of its CPU an event (docs/benchmarks.md). The last stored asset event cannot be read instead: a trigger's
+runner process has no DB access and its supervisor answers no asset-event request (Airflow 3.3).
+
+Restarts, from Airflow's airflow/jobs/triggerer_job_runner.py: a yielded event goes to the runner's in-memory deque
+(TriggerRunner.run_trigger) and the trigger polls on at once; the runner's loop hands the deque to the supervisor
+at its next sync (about once a second), and the supervisor stores it (handle_events -> Trigger.submit_event: the
+asset event, the runs it queues) after that read. A stop or kill in between drops the event (a stopped runner
+leaves its loop without a last sync); the Iceberg metadata did not move, so the restarted trigger reports those
+commits again, with any newer, once: none lost, none twice (a cursor written right after the yield would be
+stored before the event, and a kill between the two would lose the batch). Once the event is stored and until
+its run has converted, a restart reports the commits again: a second event. ``serialize()`` holds only the
+configuration: the triggerer captures it once, and Airflow identifies an event trigger by the hash of its kwargs
+(BaseEventTrigger.hash), which a moving cursor would change.
 
 Like DeltaCommitTrigger, the module imports no storage or Delta code, and every storage call runs in a worker
 thread: the triggerer's event loop is shared by every trigger it runs.
@@ -17,19 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_deltaberg.core.errors import DeltabergError, NotADeltaTableError
+from airflow_deltaberg.core.errors import DeltabergError, NotADeltaTableError, VersionNotFoundError
 from airflow_deltaberg.version_compat import AirflowException
 
 if TYPE_CHECKING:
     from airflow_deltaberg.core.storage import Storage
-
-#: The asset state store key of the cursor: the to_version of the last event.
-WATERMARK_KEY = "deltaberg_delta_version"
 
 
 def event_payload(table_uri: str, commits: Any, iceberg: Any) -> dict[str, Any]:
@@ -84,28 +93,6 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
             },
         )
 
-    def _accessors(self) -> list[Any]:
-        """One state accessor per watched asset; none when the triggerer injected no store (dag.test, tests).
-
-        Several assets can share one trigger (same kwargs, same hash): each keeps its own cursor. Airflow 3.3's
-        AssetStateStoreAccessors offers no iteration, so its per-asset accessors are read from its two maps."""
-        store = getattr(self, "asset_state_store", None)
-        if store is None:
-            return []
-        accessors = [*getattr(store, "_by_name", {}).values(), *getattr(store, "_by_uri", {}).values()]
-        return accessors or [store]
-
-    async def _load_cursor(self) -> int | None:
-        # The oldest cursor wins: after a partial write a batch is reported again rather than skipped.
-        values = [await accessor.aget(WATERMARK_KEY) for accessor in self._accessors()]
-        if not values or any(value is None for value in values):
-            return None
-        return min(int(value) for value in values)
-
-    async def _store_cursor(self, version: int) -> None:
-        for accessor in self._accessors():
-            await accessor.aset(WATERMARK_KEY, version)
-
     def _open_storage(self) -> Storage:
         from airflow_deltaberg.core.storage import open_storage
         from airflow_deltaberg.hooks.storage import DeltaStorageHook
@@ -129,26 +116,58 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         storage: Storage | None = None
-        cursor = await self._load_cursor()
+        cursor: int | None = None  # the to_version of the last event; the Iceberg delta-version counts as well
         seen: int | None = None  # the newest Delta version the last poll saw; None: poll in full
+        said = _Said()
         first = True
         while True:
             try:
                 if storage is None:
                     storage = await asyncio.to_thread(self._open_storage)
                 payload, seen = await asyncio.to_thread(self._check, storage, cursor, seen)
+                said.clear()
             except NotADeltaTableError as exc:
-                self.log.info("waiting for the table to exist: %s", exc)
-                payload, seen = None, None
+                if said.due(f"waiting for the table to exist: {exc}"):
+                    self.log.info("waiting for the table to exist: %s", exc)
+                payload, seen, cursor = None, None, None
+            except VersionNotFoundError as exc:
+                # The table was replaced: the versions reported were the old table's. Its next conversion's
+                # delta-version is where the watch goes on.
+                if said.due(f"{type(exc).__name__}: {exc}"):
+                    self.log.error("%s: %s (polling every %ss)", type(exc).__name__, exc, self.poll_interval)
+                payload, seen, cursor = None, None, None
             except (DeltabergError, AirflowException) as exc:
-                self.log.error("%s: %s (next poll in %ss)", type(exc).__name__, exc, self.poll_interval)
+                if said.due(f"{type(exc).__name__}: {exc}"):
+                    self.log.error("%s: %s (polling every %ss)", type(exc).__name__, exc, self.poll_interval)
                 payload, seen = None, None
             if payload is not None:
                 yield TriggerEvent(payload)
-                # Stored once the event is handed to the triggerer, which persists it within its next sync.
                 cursor = payload["to_version"]
-                await self._store_cursor(cursor)
             # The first pause is a random part of the interval: the triggers a triggerer starts together would
             # otherwise poll together for ever, and their events reach its supervisor in bursts.
             await asyncio.sleep(self.poll_interval * (random.random() if first else 1.0))
             first = False
+
+
+class _Said:
+    """Which message a trigger logged last and when: the same one again only after ``REPEAT_SECONDS``.
+
+    Each log line of a trigger is a message to the triggerer's supervisor, which runs its whole loop (its
+    trigger-assignment and clean-up queries) for it: a table missing or failing at every poll must not cost that
+    at every poll of every trigger."""
+
+    REPEAT_SECONDS = 600.0
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.at = 0.0
+
+    def due(self, text: str) -> bool:
+        now = time.monotonic()
+        if text == self.text and now - self.at < self.REPEAT_SECONDS:
+            return False
+        self.text, self.at = text, now
+        return True
+
+    def clear(self) -> None:
+        self.text = None

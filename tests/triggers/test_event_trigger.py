@@ -1,5 +1,6 @@
 """DeltaCommitEventTrigger run directly with asyncio against deltalake tables: accepted by AssetWatcher, one event
-per batch of commits, and a cursor that survives a restart (a new instance over the same asset state store)."""
+per batch of commits, nothing sent to Airflow per event, and a restart (a new instance) that starts from the Iceberg
+metadata: it reports again what no conversion covers yet, and nothing that one does."""
 
 from __future__ import annotations
 
@@ -14,33 +15,22 @@ from deltalake import write_deltalake
 
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.triggers import DeltaCommitEventTrigger
-from airflow_deltaberg.triggers.delta_commit_event import WATERMARK_KEY
 
 DATA = pa.table({"id": pa.array([1, 2], pa.int64())})
 
 
-class FakeAccessor:
-    """The async half of Airflow's AssetStateStoreAccessor, over a dict shared across triggerer 'restarts'."""
+class RecordingStore:
+    """An asset state store as the triggerer injects it, recording every use (each is a request to its supervisor)."""
 
-    def __init__(self, state: dict[str, Any]) -> None:
-        self.state = state
+    def __init__(self) -> None:
+        self.calls: list[str] = []
 
-    async def aget(self, key: str, default: Any = None) -> Any:
-        return self.state.get(key, default)
-
-    async def aset(self, key: str, value: Any) -> None:
-        self.state[key] = json.loads(json.dumps(value))
+    def __getattr__(self, name: str) -> Any:
+        self.calls.append(name)
+        raise AssertionError(f"the trigger used the asset state store: {name}")
 
 
-class FakeStore:
-    """AssetStateStoreAccessors' shape: one accessor per watched asset, by name."""
-
-    def __init__(self, states: dict[str, dict[str, Any]]) -> None:
-        self._by_name = {name: FakeAccessor(state) for name, state in states.items()}
-        self._by_uri: dict[str, FakeAccessor] = {}
-
-
-def started(table: Path, store: FakeStore | None = None, **kwargs: Any) -> DeltaCommitEventTrigger:
+def started(table: Path, store: RecordingStore | None = None, **kwargs: Any) -> DeltaCommitEventTrigger:
     """A trigger rebuilt from its serialization, as the triggerer does, with the store it injects."""
     classpath, config = DeltaCommitEventTrigger(table_uri=str(table), poll_interval=0.05, **kwargs).serialize()
     trigger = DeltaCommitEventTrigger(**json.loads(json.dumps(config)))
@@ -95,14 +85,14 @@ def test_an_asset_watcher_accepts_it_and_its_kwargs_hold_only_configuration() ->
         **kwargs).serialize())
 
 
-def test_one_event_per_batch_of_commits_with_the_versions(tmp_path: Path) -> None:
+def test_one_event_per_batch_of_commits_with_the_versions_and_nothing_sent_per_event(tmp_path: Path) -> None:
     table = tmp_path / "t"
     write_deltalake(str(table), DATA)
-    states: dict[str, dict[str, Any]] = {"sales": {}}
+    store = RecordingStore()
 
     async def scenario() -> list[dict[str, Any]]:
-        events = Running(started(table, FakeStore(states)))
-        first = await next_event(events)  # never converted, no cursor: version 0 is new
+        events = Running(started(table, store))
+        first = await next_event(events)  # never converted: version 0 is new
         await no_event(events)
         write_deltalake(str(table), DATA, mode="append")
         write_deltalake(str(table), DATA, mode="append")
@@ -115,22 +105,24 @@ def test_one_event_per_batch_of_commits_with_the_versions(tmp_path: Path) -> Non
     assert versions(first) == (None, 0, 0, 1) and first["start_from"] == "last_event"
     assert first["table"] == str(table) and first["table_id"] is None and first["iceberg_metadata"] is None
     assert versions(second) in {(0, 1, 2, 2), (0, 1, 1, 1)}  # one batch, or the poll fell between the appends
-    assert states == {"sales": {WATERMARK_KEY: second["to_version"]}}
+    assert second["start_from"] == "last_event"  # the cursor in memory
+    # No cursor write, no read: each would be a request the triggerer's supervisor serves.
+    assert store.calls == []
 
 
-def test_a_restart_neither_repeats_nor_loses_a_commit(tmp_path: Path) -> None:
+def test_a_restart_after_the_run_converted_reports_only_the_new_commits(tmp_path: Path) -> None:
     table = tmp_path / "t"
     write_deltalake(str(table), DATA)
     convert(str(table))  # Iceberg at Delta version 0
-    states: dict[str, dict[str, Any]] = {"a": {}, "b": {}}
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        events = Running(started(table, FakeStore(states)))
+        events = Running(started(table))
         write_deltalake(str(table), DATA, mode="append")  # version 1
         first = await next_event(events)
-        await events.aclose()  # the triggerer stops; version 1 stays unconverted
+        convert(str(table))  # the run the event scheduled converts version 1
+        await events.aclose()  # the triggerer stops
         write_deltalake(str(table), DATA, mode="append")  # version 2, while no triggerer runs
-        events = Running(started(table, FakeStore(states)))
+        events = Running(started(table))
         second = await next_event(events)
         await no_event(events)
         await events.aclose()
@@ -139,38 +131,74 @@ def test_a_restart_neither_repeats_nor_loses_a_commit(tmp_path: Path) -> None:
     first, second = asyncio.run(scenario())
     assert versions(first) == (0, 1, 1, 1) and first["start_from"] == "iceberg"
     assert first["table_id"] is not None and first["iceberg_metadata"].endswith(".metadata.json")
-    assert versions(second) == (1, 2, 2, 1) and second["start_from"] == "last_event"
-    assert states == {"a": {WATERMARK_KEY: 2}, "b": {WATERMARK_KEY: 2}}  # each watched asset keeps its cursor
+    assert versions(second) == (1, 2, 2, 1) and second["start_from"] == "iceberg"
 
 
-def test_the_oldest_cursor_of_several_assets_wins(tmp_path: Path) -> None:
+def test_a_restart_reports_again_what_no_conversion_covers_yet(tmp_path: Path) -> None:
+    # The event of version 1 was dropped before the triggerer stored it (or stored, and its run did not convert
+    # before the restart): the restarted trigger reports version 1 again, with version 2, in one batch.
     table = tmp_path / "t"
-    for _ in range(4):
-        write_deltalake(str(table), DATA, mode="append")  # versions 0..3
-    states: dict[str, dict[str, Any]] = {"a": {WATERMARK_KEY: 3}, "b": {WATERMARK_KEY: 1}}
+    write_deltalake(str(table), DATA)
+    convert(str(table))
 
-    async def scenario() -> dict[str, Any]:
-        events = Running(started(table, FakeStore(states)))
-        payload = await next_event(events)
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        events = Running(started(table))
+        write_deltalake(str(table), DATA, mode="append")  # version 1
+        first = await next_event(events)
         await events.aclose()
-        return payload
+        write_deltalake(str(table), DATA, mode="append")  # version 2
+        events = Running(started(table))
+        second = await next_event(events)
+        await no_event(events)
+        await events.aclose()
+        return first, second
 
-    assert versions(asyncio.run(scenario())) == (1, 2, 3, 2)
-    assert states == {"a": {WATERMARK_KEY: 3}, "b": {WATERMARK_KEY: 3}}
+    first, second = asyncio.run(scenario())
+    assert versions(first) == (0, 1, 1, 1)
+    assert versions(second) == (0, 1, 2, 2) and second["start_from"] == "iceberg"
 
 
-def test_commits_converted_since_the_last_event_make_no_event(tmp_path: Path) -> None:
+def test_commits_the_iceberg_metadata_covers_make_no_event(tmp_path: Path) -> None:
     table = tmp_path / "t"
     write_deltalake(str(table), DATA)
     write_deltalake(str(table), DATA, mode="append")
-    convert(str(table))  # Iceberg at version 1, the cursor at 0
+    convert(str(table))  # Iceberg at version 1: converted by other means, nothing to run on
 
     async def scenario() -> None:
-        events = Running(started(table, FakeStore({"a": {WATERMARK_KEY: 0}})))
+        events = Running(started(table))
         await no_event(events)
         await events.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_replaced_table_is_watched_again_from_its_next_conversion(tmp_path: Path) -> None:
+    import shutil
+
+    table = tmp_path / "t"
+    for _ in range(3):
+        write_deltalake(str(table), DATA, mode="append")  # versions 0..2
+    convert(str(table))
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        events = Running(started(table))
+        write_deltalake(str(table), DATA, mode="append")
+        first = await next_event(events)  # the cursor is 3 now
+        for path in table.iterdir():  # the table replaced: deleted but for its Iceberg metadata, written again
+            if path.name != "_iceberg":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        write_deltalake(str(table), DATA)  # version 0: the cursor and the Iceberg delta-version 2 are past its end
+        await no_event(events)
+        convert(str(table), full=True)  # Iceberg at the new table's version 0
+        await no_event(events)
+        write_deltalake(str(table), DATA, mode="append")
+        second = await next_event(events)
+        await events.aclose()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert versions(first) == (2, 3, 3, 1)
+    assert versions(second) == (0, 1, 1, 1) and second["start_from"] == "iceberg"
 
 
 def test_a_table_created_later_is_waited_for_and_min_commits_counts(tmp_path: Path) -> None:
@@ -187,6 +215,29 @@ def test_a_table_created_later_is_waited_for_and_min_commits_counts(tmp_path: Pa
         return payload
 
     assert versions(asyncio.run(scenario())) == (None, 0, 1, 2)
+
+
+def test_a_missing_or_failing_table_is_logged_once_not_at_every_poll(tmp_path: Path, capsys) -> None:
+    # Each log line is a message the triggerer's supervisor runs its whole loop for.
+    table = tmp_path / "t"
+
+    async def scenario() -> None:
+        events = Running(started(table))
+        await no_event(events, 0.4)  # ~8 polls of a missing table
+        metadata = table / "_iceberg" / "metadata"
+        metadata.mkdir(parents=True)
+        (metadata / "v1.metadata.json").write_text("{not json")
+        (metadata / "version-hint.text").write_text("1")
+        await no_event(events, 0.4)  # ~8 polls that fail alike (the Iceberg metadata is read first)
+        write_deltalake(str(table), DATA)
+        await no_event(events, 0.4)
+        assert not events.task.done()  # the watch goes on
+        await events.aclose()
+
+    asyncio.run(scenario())
+    lines = capsys.readouterr().out.splitlines()
+    assert sum("waiting for the table to exist" in line for line in lines) == 1, lines
+    assert sum("IcebergStartError" in line for line in lines) == 1, lines
 
 
 class ReadsLogged(DeltaCommitEventTrigger):
@@ -219,7 +270,6 @@ def test_a_poll_with_nothing_new_lists_the_log_and_reads_nothing(tmp_path: Path)
     write_deltalake(str(table), DATA)
     convert(str(table))  # Iceberg at version 0: its metadata and the version hint are there to be read
     trigger = ReadsLogged(table_uri=str(table), poll_interval=0.05)
-    trigger.asset_state_store = FakeStore({"a": {}})
 
     async def scenario() -> tuple[list[str], dict[str, Any]]:
         events = Running(trigger)
@@ -254,7 +304,7 @@ def test_the_first_pause_is_a_random_part_of_the_interval_then_the_interval(tmp_
         await real_sleep(0)
 
     monkeypatch.setattr(delta_commit_event.random, "random", lambda: 0.25)
-    trigger = started(table, FakeStore({"a": {}}))
+    trigger = started(table)
     trigger.poll_interval = 40
 
     async def scenario() -> None:
