@@ -271,6 +271,11 @@ class StatsCountError(DeltabergError, ValueError):
     StatsParseError naming the row."""
 
 
+class IcebergMetadataError(DeltaError):
+    """An Iceberg metadata file that cannot be read for what was asked of it: not JSON, not format version 2 or 3,
+    no current schema, or a location that is not a metadata file of the table. ``file`` is the metadata file."""
+
+
 class IcebergStartError(DeltaError):
     """The table's Iceberg metadata cannot give a start version (unreadable, or no ``delta-version``)."""
 

@@ -1,7 +1,7 @@
 """The columns of a converted table for the OpenLineage schema facet, as plain tuples (name, type, nested
-columns): from the Iceberg metadata file a conversion wrote (read by ``core.iceberg.publish``: one small read), or
-from a Delta schema the operator already holds (no log replay). Types are spelled as the Iceberg metadata file and
-the Delta schema spell them; a list or map is named without its element types."""
+columns): from the current schema of the Iceberg metadata file a conversion wrote (one read; snapshots and logs are
+not parsed), or from a Delta schema the operator already holds (no log replay). Types are spelled as the Iceberg
+metadata file and the Delta schema spell them; a list or map is named without its element types."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 from pyiceberg import types as iceberg
 
 from airflow_deltaberg.core.delta.schema import ArrayType, MapType, StructType, parse_schema
-from airflow_deltaberg.core.iceberg.publish import metadata_file_version, metadata_folder_key, read_metadata
+from airflow_deltaberg.core.errors import IcebergMetadataError
+from airflow_deltaberg.core.iceberg.publish import metadata_file_version, metadata_folder_key, read_current_schema
 from airflow_deltaberg.core.storage import open_storage
 
 
@@ -38,8 +39,9 @@ def iceberg_columns(table_uri: str, metadata_location: str,
     key = metadata_folder_key(storage, metadata_location)
     version = metadata_file_version(key.rsplit("/", 1)[-1]) if key else None
     if version is None:
-        raise ValueError(f"{metadata_location} is not an Iceberg metadata file of {table_uri}")
-    schema = read_metadata(storage, version).metadata.schema()
+        raise IcebergMetadataError("the location is not an Iceberg metadata file of this table", table=table_uri,
+                                   file=metadata_location)
+    schema = read_current_schema(storage, version)
     return tuple(_iceberg_column(f.name, f.field_type) for f in schema.fields)
 
 

@@ -12,15 +12,22 @@ converters racing for version N exactly one wins; the hint and the catalog point
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from pydantic import BaseModel
+from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadataV2, TableMetadataV3
 from pyiceberg.utils.properties import property_as_bool
 
-from airflow_deltaberg.core.errors import ConcurrentConversionError, DeltabergError, FileAlreadyExistsError
-from airflow_deltaberg.core.iceberg.schema import parse_table_metadata
+from airflow_deltaberg.core.errors import (
+    ConcurrentConversionError,
+    DeltabergError,
+    FileAlreadyExistsError,
+    IcebergMetadataError,
+)
+from airflow_deltaberg.core.iceberg.schema import parse_schema_json, parse_table_metadata
 from airflow_deltaberg.core.iceberg.table_metadata import TableMetadata
 from airflow_deltaberg.core.iceberg.table_properties import DELETE_AFTER_COMMIT
 from airflow_deltaberg.core.storage import Storage
@@ -79,6 +86,31 @@ def read_metadata(storage: Storage, version: int) -> PublishedMetadata:
     if not isinstance(metadata, (TableMetadataV2, TableMetadataV3)):
         raise DeltabergError(f"{storage.uri(key)} is not Iceberg format version 2 or 3 metadata")
     return PublishedMetadata(version, key, storage.uri(key), metadata)
+
+
+def read_current_schema(storage: Storage, version: int) -> Schema:
+    """The current schema of metadata file ``version``, without parsing the rest of it (snapshots, logs, specs);
+    IcebergMetadataError when the file is not JSON, not format version 2 or 3, or has no such schema."""
+    key = metadata_key(version)
+    raw = storage.read(key)
+
+    def damaged(what: str) -> IcebergMetadataError:
+        return IcebergMetadataError(f"the Iceberg metadata file {what}", table=storage.root, file=storage.uri(key))
+
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise damaged(f"is not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("format-version") not in (2, 3):
+        raise damaged("is not Iceberg format version 2 or 3 metadata")
+    current = document.get("current-schema-id")
+    found = [s for s in document.get("schemas") or () if isinstance(s, dict) and s.get("schema-id") == current]
+    if len(found) != 1:
+        raise damaged(f"has no schema with its current-schema-id {current!r}")
+    try:
+        return parse_schema_json(found[0])
+    except ValueError as exc:  # pydantic's ValidationError
+        raise damaged(f"has a current schema that does not parse: {exc}") from None
 
 
 def latest_metadata(storage: Storage) -> PublishedMetadata | None:

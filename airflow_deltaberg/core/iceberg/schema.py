@@ -9,11 +9,12 @@ Delta schema evolves.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from pyiceberg import types as it
@@ -491,9 +492,22 @@ def parse_table_metadata(raw: bytes | str) -> TableMetadata:
     for schema in document.get("schemas") or []:
         _stand_in_variants(schema, variant_ids)
     metadata = TableMetadataUtil.parse_obj(document)
-    schemas = [Schema(*_with_variants(s.as_struct(), variant_ids).fields, schema_id=s.schema_id,
-                      identifier_field_ids=s.identifier_field_ids) for s in metadata.schemas]
-    return metadata.model_copy(update={"schemas": schemas})
+    return metadata.model_copy(update={"schemas": [_with_variant_fields(s, variant_ids) for s in metadata.schemas]})
+
+
+def parse_schema_json(document: Mapping[str, Any]) -> Schema:
+    """One Iceberg schema from its JSON object (an entry of a metadata file's ``schemas``), variant columns
+    included: what ``parse_table_metadata`` does for each of its schemas. ``document`` is left as it is."""
+    copied = copy.deepcopy(dict(document))
+    variant_ids: set[int] = set()
+    _stand_in_variants(copied, variant_ids)
+    schema = Schema.model_validate(copied)
+    return _with_variant_fields(schema, variant_ids) if variant_ids else schema
+
+
+def _with_variant_fields(schema: Schema, ids: set[int]) -> Schema:
+    return Schema(*_with_variants(schema.as_struct(), ids).fields, schema_id=schema.schema_id,
+                  identifier_field_ids=schema.identifier_field_ids)
 
 
 def _stand_in_variants(t: object, ids: set[int]) -> None:

@@ -16,12 +16,14 @@ from airflow_deltaberg.core.delta.schema import parse_schema
 from airflow_deltaberg.core.errors import UnsupportedTypeError
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.metrics import file_metrics, stat_columns
+from airflow_deltaberg.core.iceberg.publish import metadata_file_version, read_current_schema
 from airflow_deltaberg.core.iceberg.schema import (
     VECTORIZATION_PROPERTY,
     VariantType,
     convert_schema,
     parse_table_metadata,
 )
+from airflow_deltaberg.core.storage import open_storage
 
 
 def _schema(*fields: tuple[str, object]) -> object:
@@ -118,3 +120,7 @@ def test_later_conversions_read_metadata_with_variants(copy_fixture: Callable[[s
         assert isinstance(schema.find_type("struct_of_array_of_variants.v").element_type, VariantType)
     written = json.loads(raw)["schemas"][-1]["fields"]
     assert [f["type"] for f in written][1] == "variant"
+    # The current schema alone (what the OpenLineage schema facet reads) is the same schema, variants included.
+    version = metadata_file_version(Path(full.metadata_location).name)
+    assert version is not None
+    assert read_current_schema(open_storage(str(path)), version) == metadata.schema()
