@@ -16,11 +16,12 @@ task and the scheduled DAG.
 
 The fleet example, unpaused at the start, validates and converts four tables under a prefix (one with a corrupt
 commit) meanwhile. At the end the provider's plugin page is checked in headless Chromium (support.browser): the
-plugins API lists its nav entry under Browse, and Airflow's UI shows it: the "Delta -> Iceberg" page, which lists
-the fleet's tables and the two examples' tables, the broken one as failed; the table that got a commit after the
-fleet ran has a bar of its lag, on the page and in its lag over time (screenshots saved in the test's tmp dir,
-checked not blank); Airflow's page of the Iceberg asset names its producing task and the DAG scheduled on it;
-the connection forms of the provider's two connection types show their fields."""
+plugins API lists its nav entry under Browse, and a user reaches it from Airflow's home page through the Browse
+menu: the "Delta -> Iceberg" page, which lists the fleet's tables and the two examples' tables, the broken one as
+failed; the table that got a commit after the fleet ran has a bar of its lag, on the page and in its lag over time
+(screenshots of the open menu and of both pages saved in the test's tmp dir, checked not blank); Airflow's page of
+the Iceberg asset names its producing task and the DAG scheduled on it; the connection forms of the provider's two
+connection types show their fields."""
 
 from __future__ import annotations
 
@@ -250,7 +251,15 @@ def check_plugin_page(deploy: Deployment, shots: Path, tables: set[str], lagging
     assert (view["name"], view["category"], view["destination"]) == ("Delta -> Iceberg", "browse", "nav")
     with chromium_page() as page:  # every user is an admin in this deployment: no login
         page.set_default_timeout(120_000)  # a busy 2-core machine renders Airflow's UI slowly
-        page.goto(base + "/plugin/" + view["url_route"])  # the UI's page of the nav entry: the plugin's view
+        # As a user gets there: Airflow's home page, its Browse menu, the plugin's entry in it.
+        page.goto(base + "/")
+        page.get_by_role("button", name="Browse").click()
+        entry = page.get_by_role("menuitem", name=view["name"], exact=True)
+        entry.wait_for()
+        page.screenshot(path=shots / "browse-menu.png")
+        assert colours(page, shots / "browse-menu.png") > 20
+        entry.click()
+        page.wait_for_url(f"{base}/plugin/{view['url_route']}")  # the entry's own route: a bookmark's too
         frame = page.frame_locator("iframe")
         frame.locator("#tables").wait_for(timeout=120_000)
         rows = {row.get_attribute("data-table"): row.get_attribute("class")
