@@ -1,7 +1,8 @@
 """Delta -> Iceberg conversion: write Iceberg metadata for Delta versions next to the Delta log.
 
-Full: one Iceberg snapshot listing every live file of a Delta version. Incremental: one Iceberg snapshot
-per Delta commit after the last converted one, reusing the manifests a commit does not touch.
+Full (``convert_full``): one Iceberg snapshot listing every live file of a Delta version. Incremental
+(``convert_incremental``): one Iceberg snapshot per Delta commit after the last converted one, reusing the manifests
+a commit does not touch. This module decides which a run is and runs its steps.
 
 Order of writes (each a new file, so a crash anywhere leaves the previous Iceberg state readable):
 manifests and their entry copies, the conversion state, the manifest list, ``v<N>.metadata.json``
@@ -20,11 +21,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.table.snapshots import Operation
 
-from airflow_deltaberg.core.delta import DeltaTable, Snapshot
+from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.delta.log.log_segment import ListedLog, LogSegment
-from airflow_deltaberg.core.delta.log.replay import refuse_reader_only_features, refuse_unsupported_metadata
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.stats import stats_template
 from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
@@ -37,13 +36,13 @@ from airflow_deltaberg.core.iceberg.catalog import (
     open_catalog,
     point_catalog,
 )
-from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, ManifestTable, read_state
-from airflow_deltaberg.core.iceberg.convert_commit import commit_snapshot, discarded_unless_published, snapshot_summary
+from airflow_deltaberg.core.iceberg.conversion_state import ConversionState, read_state
+from airflow_deltaberg.core.iceberg.convert_full import convert_full
 from airflow_deltaberg.core.iceberg.convert_incremental import convert_incremental
-from airflow_deltaberg.core.iceberg.convert_plan import IcebergBase, plan_snapshot, schema_and_spec
+from airflow_deltaberg.core.iceberg.convert_plan import IcebergBase, schema_and_spec
 from airflow_deltaberg.core.iceberg.expire import Expiry, delete_expired_files
 from airflow_deltaberg.core.iceberg.history import expire_history
-from airflow_deltaberg.core.iceberg.manifests.file_manifests import ManifestEngine, in_process, write_snapshot_manifests
+from airflow_deltaberg.core.iceberg.manifests.file_manifests import ManifestEngine
 from airflow_deltaberg.core.iceberg.manifests.manifest import FORMAT_VERSIONS
 from airflow_deltaberg.core.iceberg.misread import collation_warnings, millis_warnings
 from airflow_deltaberg.core.iceberg.publish import (
@@ -85,32 +84,6 @@ class ConversionResult:
     def to_dict(self) -> dict[str, Any]:
         # A list, not a tuple: Airflow's XCom serializes a tuple as a {"__classname__": ...} wrapper.
         return {**asdict(self), "warnings": list(self.warnings)}
-
-
-def convert_full(table: DeltaTable, snapshot: Snapshot, base: IcebergBase, *,
-                 manifest_engine: ManifestEngine | None = None, format_version: int = 2,
-                 table_properties: Mapping[str, str] | None = None) -> tuple[IcebergBase, int, int]:
-    """One Iceberg snapshot listing every live file of ``snapshot``."""
-    storage = table.storage
-    version, file = snapshot.defined_in or (snapshot.version, None)
-    # A rule of the protocol alone names the protocol's file, which may be older than the metaData's.
-    protocol_version, protocol_file = snapshot.protocol_defined_in or (version, file)
-    refuse_reader_only_features(snapshot.protocol, table=table.location, version=protocol_version, file=protocol_file)
-    refuse_unsupported_metadata(snapshot.protocol, snapshot.metadata, table=table.location, version=version,
-                                file=file)
-    plan = plan_snapshot(table, base, snapshot.metadata, snapshot.protocol, snapshot.version, snapshot.timestamp,
-                         format_version, table_properties)
-    with discarded_unless_published(storage, base, plan):
-        manifests = ManifestTable.from_records(write_snapshot_manifests(storage, plan, snapshot,
-                                                                        manifest_engine or in_process))
-        summary = snapshot_summary(manifests, plan.snapshot_id)
-        # A full snapshot replaces everything: what it deletes are the previous snapshot's totals.
-        removed_files = base.total_files
-        summary["deleted-data-files"], summary["deleted-records"] = str(removed_files), str(base.total_records)
-        prev = base.published.metadata if base.published else None
-        new_base = commit_snapshot(storage, base, plan, manifests, Operation.OVERWRITE if prev else Operation.APPEND,
-                                   summary)
-    return new_base, int(summary["added-data-files"]), removed_files
 
 
 def _current_state(storage: Storage, published: PublishedMetadata | None) -> tuple[ConversionState | None, str | None]:

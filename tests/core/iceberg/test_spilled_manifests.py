@@ -23,7 +23,7 @@ from pyiceberg.table import StaticTable
 from support.manifests import assert_same_manifests, written_manifests
 from support.oracle import assert_same_rows, kernel_arrow
 
-import airflow_deltaberg.core.iceberg.convert as convert_module
+import airflow_deltaberg.core.iceberg.convert_full as convert_full_module
 from airflow_deltaberg.core.delta.snapshot import Snapshot
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.iceberg.manifests import file_manifests, manifest_spill
@@ -72,7 +72,7 @@ def test_the_spilled_path_writes_the_in_memory_manifests(checkpointed_dv_table: 
     streamed = convert(str(checkpointed_dv_table), format_version=format_version)
 
     monkeypatch.setattr(Snapshot, "files", files)
-    monkeypatch.setattr(convert_module, "write_snapshot_manifests", in_memory_manifests)
+    monkeypatch.setattr(convert_full_module, "write_snapshot_manifests", in_memory_manifests)
     before = convert(str(reference), format_version=format_version)
 
     [groups] = spilled
