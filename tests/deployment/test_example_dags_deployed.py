@@ -42,7 +42,7 @@ from pyiceberg.catalog import load_catalog
 from support.browser import chromium_page, colours, require_chromium
 from support.deployment import Deployment, deployment
 from support.environment import REPO_ROOT
-from support.spark_session import SUBMIT_CONF, java
+from support.spark_session import java, submit_conf
 
 from airflow_deltaberg.core.iceberg.convert import convert
 
@@ -321,7 +321,7 @@ def test_event_driven_example_runs_under_scheduler_triggerer_and_local_executor(
         setting + "IDENTIFIER": "lake.basic",
         setting + "STORAGE_CONN_ID": "lake_storage",
         setting + "CATALOG_CONN_ID": "lake_catalog",
-        setting + "SPARK_CONF": json.dumps(SUBMIT_CONF),
+        setting + "SPARK_CONF": json.dumps(submit_conf()),
         setting + "POKE_SECONDS": "1",
         setting + "WAIT_HOURS": "0.05",
         **{WATCHER_DAG_ID.upper() + "_" + name: value for name, value in {

@@ -26,7 +26,7 @@ from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.catalog import load_catalog
 from support import compat_tables as ct
 from support.environment import REPO_ROOT
-from support.spark_session import SUBMIT_CONF, delta_spark_jars, java
+from support.spark_session import delta_spark_jars, java, submit_conf
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.iceberg.convert import convert
@@ -285,7 +285,7 @@ def test_event_driven_regeneration_follows_a_new_commit(run_dag, load_example, a
     convert(str(table), catalog_config=catalog, identifier="shop.sales")  # Iceberg is up to date at version 0
     dag_id = "deltaberg_event_driven_regeneration"
     dag = load_example(dag_id, TABLE_URI=str(table), IDENTIFIER="shop.sales",
-                       CATALOG=json.dumps(catalog), SPARK_CONF=json.dumps(SUBMIT_CONF),
+                       CATALOG=json.dumps(catalog), SPARK_CONF=json.dumps(submit_conf()),
                        POKE_SECONDS="0.5", WAIT_HOURS="0.05")
     seen = append_when_deferred(table, dag_id)
 
@@ -487,7 +487,7 @@ def test_enablement_plans_rewrites_and_validates(run_dag, load_example, monkeypa
     write_deltalake(str(table), sales(5, 2), mode="append")
     before = delta_rows(table)
     dag = load_example("deltaberg_enable_writer_compat", TABLE_URI=str(table),
-                       SPARK_JARS=delta_spark_jars(), SPARK_CONF=json.dumps(SUBMIT_CONF))
+                       SPARK_JARS=delta_spark_jars(), SPARK_CONF=json.dumps(submit_conf()))
 
     result = run_dag(dag)
 

@@ -17,7 +17,7 @@ import airflow  # noqa: F401 - first: support.environment then keeps this proces
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import DAG
 from support.airflow_dags import run_dag
-from support.spark_session import SUBMIT_CONF, delta_spark_jars
+from support.spark_session import delta_spark_jars, submit_conf
 
 from airflow_deltaberg.operators import (
     DeltaEnableIcebergWriterCompatOperator,
@@ -70,9 +70,9 @@ def main(settings: dict[str, Any]) -> dict[str, Any]:
         DeltaToIcebergOperator(task_id="convert", table_uri=settings["plain"], identifier="db.events",
                                catalog_config=catalog)
         DeltaEnableIcebergWriterCompatOperator(task_id="enable", table_uri=settings["rewrite"],
-                                               spark_jars=delta_spark_jars(), spark_conf=SUBMIT_CONF)
+                                               spark_jars=delta_spark_jars(), spark_conf=submit_conf())
         DeltaIcebergRegenerateOperator(task_id="regenerate", table_uri=settings["spark"], identifier="db.spark",
-                                       catalog_config=catalog, conf=SUBMIT_CONF)
+                                       catalog_config=catalog, conf=submit_conf())
         DeltaToIcebergOperator(task_id="broken", table_uri=settings["missing"], identifier="db.missing",
                                catalog_config=catalog)
     result = run_dag(dag)

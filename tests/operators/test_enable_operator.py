@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from airflow.sdk import DAG
 from support.secrets import STORAGE_SECRET, assert_secret_only_in_private_files
-from support.spark_session import SUBMIT_CONF, delta_spark_jars
+from support.spark_session import delta_spark_jars, submit_conf
 from support.tables import id_mode_table, log_bytes, rows_of
 
 from airflow_deltaberg.core.compat import validate
@@ -148,7 +148,7 @@ def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], 
         DeltaEnableIcebergWriterCompatOperator(
             task_id="enable", table_uri=str(path), spark_jars="{{ params.jars }}",
             deltaberg_conn_id=secret_storage_connection,
-            spark_conf=SUBMIT_CONF,
+            spark_conf=submit_conf(),
         )
     result = run_dag(dag)
     assert result.state == "success", result.ti("enable").state

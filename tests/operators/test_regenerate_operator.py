@@ -21,7 +21,7 @@ from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
 from pyiceberg.catalog import load_catalog
 from support.secrets import STORAGE_SECRET, assert_secret_only_in_private_files
-from support.spark_session import SUBMIT_CONF
+from support.spark_session import submit_conf
 
 from airflow_deltaberg.core.errors import VersionNotFoundError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult
@@ -75,11 +75,11 @@ def test_regenerate_through_spark_submit(run_dag, dag_id: str, tmp_path: Path, s
 
         DeltaIcebergRegenerateOperator(
             task_id="regenerate", table_uri=str(table), version_range=new_commits(), identifier="db.events",
-            catalog_config=catalog_config, conf=SUBMIT_CONF, deltaberg_conn_id=secret_storage_connection,
+            catalog_config=catalog_config, conf=submit_conf(), deltaberg_conn_id=secret_storage_connection,
             format_version=3,
         )
         DeltaIcebergRegenerateOperator(  # fails inside the Spark application: the error comes back typed
-            task_id="too_far", table_uri=str(table), version=7, conf=SUBMIT_CONF,
+            task_id="too_far", table_uri=str(table), version=7, conf=submit_conf(),
             deltaberg_conn_id=secret_storage_connection, retries=2, retry_delay=NO_DELAY, on_failure_callback=remember,
         )
         DeltaIcebergRegenerateOperator(

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from support.cli import DELTABERG
-from support.spark_session import PYSPARK_SUBMIT_ARGS
+from support.spark_session import pyspark_submit_args
 from support.tables import id_mode_table, rows_of
 
 from airflow_deltaberg.cli import main
@@ -83,7 +83,7 @@ def test_shell_enable_uses_the_fetched_jars_not_ivy(deltalake_table: Callable[..
     path = deltalake_table("t", data=pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", None]}))
     before = rows_of(path)
     env = {**os.environ, "HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_SUBMIT_ARGS": PYSPARK_SUBMIT_ARGS}  # the tests' JVM options
+           "PYSPARK_SUBMIT_ARGS": pyspark_submit_args()}  # the tests' JVM options
     env.pop("DELTABERG_SPARK_PACKAGES", None)
     env.pop("DELTABERG_SPARK_JARS", None)
     result = subprocess.run([DELTABERG, "enable", str(path), "--format", "json"], capture_output=True, text=True,

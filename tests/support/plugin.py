@@ -37,32 +37,41 @@ def pytest_configure(config: pytest.Config) -> None:
         "fixture_tables(exclude=()): parametrize the `fixture_table` argument with the name of every "
         "fixture table root (a directory holding _delta_log) except those in `exclude`",
     )
-    # The JVM archive, made once (.cache/jvm) before any Spark JVM starts: by the process that starts the workers,
-    # or the only process. Not for runs that deselect the spark tests.
+    # The JVM archive (.cache/jvm), made while the first tests run, by the process that starts the workers or the
+    # only process; the Spark JVMs wait for it (spark_session.jvm_options). Not for runs that deselect the spark tests.
     if not hasattr(config, "workerinput") and "not spark" not in (config.option.markexpr or ""):
-        if jvm_archive.build(spark_session.BASE_JVM_OPTIONS):
-            spark_session.use_archive()
+        jvm_archive.start_build(spark_session.BASE_JVM_OPTIONS)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # A build still running is finished (the next run has the archive), unless the run was interrupted.
+    jvm_archive.finish(kill=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    jvm_archive.finish(kill=True)  # a run that ended before its session did (a usage error)
 
 
 #: The modules that took longest in a measured two-worker run (tests/README.md, "How long the suite takes"),
-#: longest first. A module is one unit of work, so one of these handed out last would run alone on one core at
-#: the end while the other worker has nothing left.
+#: longest first, after two long ones that start no JVM before their end (the table life, fuzz): they run while the
+#: JVM archive is made (support.jvm_archive), which the Spark modules wait for. A module is one unit of work, so one
+#: of these handed out last would run alone on one core at the end while the other worker has nothing left.
 LONGEST_MODULES = (
-    "deployment/test_example_dags_deployed.py",
-    "spark/test_iceberg_read_parity.py",
-    "operators/test_cluster_s3.py",
     "core/iceberg/test_table_life.py",
-    "spark/test_engine_parity.py",
-    "core/test_fault_trials.py",
-    "spark/test_delta_parity.py",
-    "spark/test_enable_rewrite.py",
     "fuzz/test_fuzz.py",
+    "deployment/test_example_dags_deployed.py",
+    "operators/test_cluster_s3.py",
+    "spark/test_iceberg_read_parity.py",
+    "spark/test_delta_parity.py",
     "example_dags/test_example_dags.py",
+    "spark/test_enable_rewrite.py",
+    "spark/test_engine_parity.py",
+    "spark/test_stats_cover_data_spark.py",
+    "core/test_fault_trials.py",
+    "spark/test_compat_v3_parity.py",
+    "spark/test_iceberg_deletion_vectors.py",
     "spark/test_regenerate.py",
     "operators/test_enable_operator.py",
-    "spark/test_compat_v3_parity.py",
-    "spark/test_stats_cover_data_spark.py",
-    "spark/test_iceberg_deletion_vectors.py",
     "spark/test_manifest_merge_iceberg_java.py",
 )
 

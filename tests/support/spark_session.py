@@ -32,26 +32,29 @@ ICEBERG_JARS = ("iceberg-spark-runtime-*.jar",)
 #: JIT and the serial GC cut the run time by a third to a half (C2 compilations and parallel GC threads compete with
 #: the queries).
 BASE_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-#: BASE_JVM_OPTIONS, and the class-data-sharing archive of support.jvm_archive when there is one (use_archive()).
-JVM_OPTIONS = BASE_JVM_OPTIONS
-#: $PYSPARK_SUBMIT_ARGS for a process that starts its own local Spark through pyspark (`deltaberg enable`): the
-#: JVM_OPTIONS, given the way a user gives a driver setting to such a process.
-PYSPARK_SUBMIT_ARGS = f'--conf "spark.driver.extraJavaOptions={JVM_OPTIONS}" pyspark-shell'
-#: Spark settings for the small local jobs the tests submit (operators, example DAGs): no UI, the JVM_OPTIONS, and
-#: shuffle and Delta snapshot partitions for 2 cores instead of Spark's 200 and Delta's 50 (each an idle task).
-SUBMIT_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-               "spark.databricks.delta.snapshotPartitions": "2", "spark.driver.extraJavaOptions": JVM_OPTIONS}
+#: Spark settings for the small local jobs the tests submit (operators, example DAGs): no UI, and shuffle and Delta
+#: snapshot partitions for 2 cores instead of Spark's 200 and Delta's 50 (each an idle task); submit_conf() adds the
+#: JVM options.
+_SUBMIT_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                "spark.databricks.delta.snapshotPartitions": "2"}
 
 
-def use_archive() -> None:
-    """JVM_OPTIONS, PYSPARK_SUBMIT_ARGS and SUBMIT_CONF (in place) with the JVM archive, when there is one."""
-    global JVM_OPTIONS, PYSPARK_SUBMIT_ARGS
-    JVM_OPTIONS = f"{BASE_JVM_OPTIONS} {jvm_archive.options(BASE_JVM_OPTIONS)}".strip()
-    PYSPARK_SUBMIT_ARGS = f'--conf "spark.driver.extraJavaOptions={JVM_OPTIONS}" pyspark-shell'
-    SUBMIT_CONF["spark.driver.extraJavaOptions"] = JVM_OPTIONS
+def jvm_options() -> str:
+    """The driver JVM's options: BASE_JVM_OPTIONS and the class-data-sharing archive of support.jvm_archive when
+    there is one (waiting first for a build of it that is running)."""
+    jvm_archive.wait()
+    return f"{BASE_JVM_OPTIONS} {jvm_archive.options(BASE_JVM_OPTIONS)}".strip()
 
 
-use_archive()
+def pyspark_submit_args() -> str:
+    """$PYSPARK_SUBMIT_ARGS for a process that starts its own local Spark through pyspark (`deltaberg enable`): the
+    jvm_options(), given the way a user gives a driver setting to such a process."""
+    return f'--conf "spark.driver.extraJavaOptions={jvm_options()}" pyspark-shell'
+
+
+def submit_conf() -> dict[str, str]:
+    """The Spark settings of the small jobs the tests submit, with the jvm_options()."""
+    return {**_SUBMIT_CONF, "spark.driver.extraJavaOptions": jvm_options()}
 
 
 def require_jars(patterns: tuple[str, ...], what: str) -> None:
@@ -103,7 +106,7 @@ def spark_session() -> Iterator[Any]:
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
-        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", jvm_options())
         .config("spark.log.level", "ERROR")
         # Tables of tens of rows: compiling generated code (Janino) for every new query costs more than running
         # Spark's interpreted expressions: test_iceberg_read_parity and test_delta_parity took 27% less CPU without.
@@ -149,19 +152,25 @@ def delta_spark_jars() -> str:
     return ",".join(sorted(str(p) for p in JARS_DIR.glob("delta-*.jar") if "kernel" not in p.name))
 
 
-def run_spark_submit(application: str, *arguments: str, master: str = "local[2]", jars: str | None = None,
-                     conf: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    """``application`` with ``arguments`` through the pyspark install's own spark-submit (its own JVM)."""
+def spark_submit_command(application: str, *arguments: str, master: str = "local[2]", jars: str | None = None,
+                         conf: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The pyspark install's own spark-submit of ``application`` with ``arguments``, and its environment."""
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("SPARK_HOME", None)  # the pyspark install's own
-    settings = {"spark.ui.enabled": "false",
-                "spark.driver.extraJavaOptions": JVM_OPTIONS, **(conf or {})}
+    settings = {"spark.ui.enabled": "false", **(conf or {})}
     command = [str(submit), "--master", master, *(["--jars", jars] if jars else [])]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
-    return subprocess.run([*command, application, *arguments], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return [*command, application, *arguments], env
 
+
+def run_spark_submit(application: str, *arguments: str, master: str = "local[2]", jars: str | None = None,
+                     conf: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``application`` with ``arguments`` through spark-submit (its own JVM, with the jvm_options() unless ``conf``
+    sets the driver's)."""
+    command, env = spark_submit_command(application, *arguments, master=master, jars=jars,
+                                        conf={"spark.driver.extraJavaOptions": jvm_options(), **(conf or {})})
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
