@@ -24,7 +24,7 @@ from typing import Any
 
 from support.environment import REPO_ROOT
 from support.servers import free_port
-from support.spark_session import java
+from support.spark_session import java, jvm_options
 
 START_TIMEOUT_S = 90.0
 WORKERS = 2
@@ -32,8 +32,6 @@ WORKERS = 2
 WORKER_CORES = 1
 WORKER_MEMORY = "768m"
 EXECUTOR_MEMORY = "512m"
-#: Short-lived JVMs on a shared 2-core machine: C1 only, serial GC, small heaps for the daemons.
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_home() -> Path:
@@ -114,8 +112,10 @@ class SparkCluster:
             "spark.pyspark.driver.python": sys.executable,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.driver.extraJavaOptions": JVM_OPTIONS,
-            "spark.executor.extraJavaOptions": JVM_OPTIONS,
+            # The tests' JVM options (C1 only, serial GC, the JVM archive): Spark's classpath is the same in every
+            # JVM of the cluster, so the driver, the executors and the daemons all map the archive's classes.
+            "spark.driver.extraJavaOptions": jvm_options(),
+            "spark.executor.extraJavaOptions": jvm_options(),
         }
 
     def start_worker(self, index: int) -> ClusterProcess:
@@ -178,7 +178,7 @@ def _launch(name: str, log: Path, web_url: str, arguments: list[str]) -> Cluster
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(log.parent),
         "SPARK_DAEMON_MEMORY": "256m",
-        "SPARK_DAEMON_JAVA_OPTS": f"{JVM_OPTIONS} -Dspark.master.rest.enabled=false",
+        "SPARK_DAEMON_JAVA_OPTS": f"{jvm_options()} -Dspark.master.rest.enabled=false",
         # Executors inherit the worker's environment: this checkout first, as in the test process.
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
     })
