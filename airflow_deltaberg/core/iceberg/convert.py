@@ -23,7 +23,7 @@ from typing import Any
 from pyiceberg.catalog import Catalog
 
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.log.log_segment import ListedLog, LogSegment
+from airflow_deltaberg.core.delta.log.log_segment import ListedLog, LogSegment, probed_log
 from airflow_deltaberg.core.delta.paths import files_outside_table
 from airflow_deltaberg.core.delta.stats import stats_template
 from airflow_deltaberg.core.errors import ConversionStateError, DeltabergError
@@ -286,6 +286,23 @@ def _expire_and_point(run: _Run, table: DeltaTable, history: History, catalog: _
     return expiry
 
 
+def _log_to_convert(table: DeltaTable, history: History, version: int | None,
+                    full: bool) -> tuple[LogSegment | None, ListedLog | None, int]:
+    """The log a run reads, listed once, and the version it converts to (``version``, else the latest). A run that
+    goes on from a converted version looks up the commits from there by name where a listing reads the whole
+    folder (``probed_log``); any other reads the latest version's log segment, the one a full conversion reads."""
+    if version is not None:
+        return None, None, version
+    published = history.published
+    if published is not None and history.fall_back is None and not full:
+        converted = int(published.metadata.properties[DELTA_VERSION])  # an adopted history records it
+        listed = probed_log(table.storage, table.location, converted)
+        if listed is not None and (latest := listed.listing.latest_version) is not None:
+            return None, listed, latest
+    segment, listed = table.listed_log_segment()
+    return segment, listed, segment.version
+
+
 def _result(run: _Run, table: DeltaTable, target: int, expiry: Expiry, identifier: str | None,
             started: float) -> ConversionResult:
     published = run.base.published
@@ -366,11 +383,9 @@ def convert(
     options = _Options(manifest_engine, retain_snapshots, max_snapshot_age_ms, verify_stats, strict,
                        table_properties)
     table = _opened_table(location, storage_options, identifier, table_properties)
-    # The latest version's log segment is the one a full conversion reads: the log is listed once.
-    segment, listed = table.listed_log_segment() if version is None else (None, None)
-    target = segment.version if segment is not None else version
-    history = adopted_history(table.storage, target, table.latest_version)
+    history = adopted_history(table.storage, version, table.latest_version)
     published = history.published
+    segment, listed, target = _log_to_convert(table, history, version, full)
     formats = _Formats.of(published, format_version, table.location)
     catalog = _CatalogTarget.of(table.location, identifier, catalog_name, catalog_config, formats.wanted)
     state, unreadable = _current_state(table.storage, published)

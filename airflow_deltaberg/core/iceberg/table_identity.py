@@ -103,9 +103,10 @@ def _in_log(storage: Storage, recorded: str) -> str | None:
     return None
 
 
-def adopted_history(storage: Storage, target: int, latest_delta_version: Callable[[], int]) -> History:
+def adopted_history(storage: Storage, target: int | None, latest_delta_version: Callable[[], int]) -> History:
     """The newest metadata file this converter wrote for the log at ``storage``; the newer ones are ignored.
-    ``latest_delta_version``: the log's latest version, asked only when a file records one beyond ``target``."""
+    ``target``: the version converted to (None: the latest). ``latest_delta_version``: the log's latest version,
+    asked only when a file records one beyond ``target`` whose commit is not in the log."""
     latest_delta_version = functools.cache(latest_delta_version)
     versions = metadata_versions(storage)
     warnings: list[str] = []
@@ -134,7 +135,8 @@ def adopted_history(storage: Storage, target: int, latest_delta_version: Callabl
     return History(None, versions[0] if versions else 0, tuple(warnings), frozenset(ignored), replaced_id)
 
 
-def _foreign(storage: Storage, published: PublishedMetadata, target: int, latest_delta_version: Callable[[], int],
+def _foreign(storage: Storage, published: PublishedMetadata, target: int | None,
+             latest_delta_version: Callable[[], int],
              in_log: Callable[[str], str | None]) -> str | None:
     """Why ``published`` is not this converter's metadata of this log, None when it is."""
     metadata = published.metadata
@@ -158,10 +160,13 @@ def _foreign(storage: Storage, published: PublishedMetadata, target: int, latest
     fingerprint = properties.get(FINGERPRINT)
     if fingerprint is not None and not fingerprint.startswith(f"{version}:"):
         return f"its {FINGERPRINT} is not of Delta version {version}"
-    if version > target and version > (latest := latest_delta_version()):
+    # A version whose commit is in the log is not beyond the latest: the log is not listed for it.
+    actual = in_log(fingerprint) if fingerprint is not None else None
+    if (actual is None and (target is None or version > target)
+            and version > (latest := latest_delta_version())):
         return (f"it records Delta table {table_id} at version {version}, beyond the Delta log's latest version "
                 f"{latest} (the Delta table was deleted and written again, or the file is forged)")
-    if fingerprint is not None and (actual := in_log(fingerprint)) is not None and actual != fingerprint:
+    if actual is not None and actual != fingerprint:
         return (f"it records Delta table {table_id} at version {version}, whose commit in the Delta log is another "
                 "one (the Delta table was deleted and written again, or the file is forged)")
     return None

@@ -7,6 +7,7 @@ a compaction that disagrees with its commits cannot change the state."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import re
@@ -119,17 +120,54 @@ class ListedLog:
     """One listing of the log, from version ``start`` on (0: the whole log): a run lists the log once and takes
     what later steps need from it. ``lister`` (``Storage.lister``) lists it from an earlier start when a step
     needs one (e.g. the history check when retained snapshots predate the checkpoint), without reading a local
-    folder again; the listing grows to that start."""
+    folder again; the listing grows to that start.
+
+    ``storage`` is set when the commits were looked up by name (``probed_log``): the listing holds commits only,
+    every one from ``start`` to the latest. An earlier start is looked up the same way, and listed when one of
+    its commits is not there (the listing then holds every file, as a listing from the start does)."""
 
     listing: LogListing
     start: int
     lister: Callable[[str | None], list[FileEntry]] | None = field(default=None, compare=False)
+    storage: Storage | None = field(default=None, compare=False)
 
     def since(self, start: int) -> LogListing | None:
         """The listing from ``start`` on; None when this one began after it and it has no lister."""
+        if start < self.start and self.storage is not None:
+            below = _commits_named(self.storage, start, self.start)
+            if len(below) == self.start - start:
+                self.listing = LogListing({**below, **self.listing.commits}, has_any_file=True)
+                self.start = start
+            else:  # a commit is gone: what else is there (checkpoints) tells what the log still rebuilds
+                self.storage = None
         if start < self.start and self.lister is not None:
             self.listing, self.start = _parse_from(self.lister, start), start
         return self.listing.since(start) if self.start <= start else None
+
+
+def _commits_named(storage: Storage, start: int, stop: int | None) -> dict[int, FileEntry]:
+    """The commits ``start``, ``start + 1``, ... (before ``stop``) up to the first one missing."""
+    versions = itertools.count(start) if stop is None else range(start, stop)
+    found = storage.files_named(LOG_DIR, (f"{v:020d}.json" for v in versions))
+    return {start + i: entry for i, entry in enumerate(found)}
+
+
+def probed_log(storage: Storage, table: str, start: int) -> ListedLog | None:
+    """The commits from ``start`` to the latest looked up by name, for a store that reads a folder whole to list it
+    (``Storage.lists_whole_folders``): a run that knows from where it reads the log (the converted version) then
+    costs the same at commit 10,000 as at commit 100. The latest version is the commit before the first one
+    missing: Delta commits every version in turn (a gap is a corrupt log). None (list the log instead) for other
+    stores, when ``start``'s commit is not there, or when ``_last_checkpoint`` names a later version than that
+    (commits that only a listing finds)."""
+    if not storage.lists_whole_folders:
+        return None
+    commits = _commits_named(storage, start, None)
+    if not commits:
+        return None
+    hint = read_last_checkpoint(storage, table)
+    if hint is not None and hint > start + len(commits) - 1:
+        return None
+    return ListedLog(LogListing(commits, has_any_file=True), start, storage.lister(LOG_DIR), storage)
 
 
 @dataclass(frozen=True)
