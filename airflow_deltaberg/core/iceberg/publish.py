@@ -23,7 +23,6 @@ from pyiceberg.utils.properties import property_as_bool
 
 from airflow_deltaberg.core.errors import (
     ConcurrentConversionError,
-    DeltabergError,
     FileAlreadyExistsError,
     IcebergMetadataError,
 )
@@ -80,11 +79,12 @@ def metadata_versions(storage: Storage) -> list[int]:
 
 
 def read_metadata(storage: Storage, version: int) -> PublishedMetadata:
-    """Metadata file ``version``; DeltabergError when it is not Iceberg format version 2 or 3."""
+    """Metadata file ``version``; IcebergMetadataError when it is not Iceberg format version 2 or 3."""
     key = metadata_key(version)
     metadata = parse_table_metadata(storage.read(key))
     if not isinstance(metadata, (TableMetadataV2, TableMetadataV3)):
-        raise DeltabergError(f"{storage.uri(key)} is not Iceberg format version 2 or 3 metadata")
+        raise IcebergMetadataError("the Iceberg metadata file is not Iceberg format version 2 or 3 metadata",
+                                   table=storage.root, file=storage.uri(key))
     return PublishedMetadata(version, key, storage.uri(key), metadata)
 
 

@@ -21,10 +21,12 @@ from support.cli import main_exit_code
 from support.delta_log import append_commit, commit_file, read_actions
 from support.oracle import delta_rows, open_sql_catalog, rows_of, sql_catalog_config
 
+from airflow_deltaberg.core.errors import IcebergMetadataError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
-from airflow_deltaberg.core.iceberg.publish import VERSION_HINT
+from airflow_deltaberg.core.iceberg.publish import VERSION_HINT, read_metadata
 from airflow_deltaberg.core.iceberg.table_identity import FINGERPRINT
 from airflow_deltaberg.core.iceberg.table_metadata import DELTA_TABLE_ID, DELTA_VERSION, table_uuid_for
+from airflow_deltaberg.core.storage import open_storage
 
 IDENTIFIER = "db.events"
 METADATA = Path("_iceberg/metadata")
@@ -332,3 +334,18 @@ def test_cli_convert_shows_the_new_history(tmp_path: Path, capsys: pytest.Captur
     else:
         assert "full conversion because the Iceberg metadata in the folder is not of this Delta table" in out
         assert any(line.startswith("warning: ") and old_id in line and new_id in line for line in out.splitlines())
+
+
+def test_metadata_of_format_version_1_is_a_typed_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    write_versions(path, [3, 3])
+    real = run(path, tmp_path)
+    document = json.loads((path / METADATA / "v1.metadata.json").read_text())
+    document.update({"format-version": 1, "schema": document["schemas"][0]})  # v1 needs its single schema
+    (path / METADATA / "v2.metadata.json").write_text(json.dumps(document))
+    with pytest.raises(IcebergMetadataError, match="format version 2 or 3") as raised:
+        read_metadata(open_storage(str(path)), 2)
+    assert raised.value.file is not None and raised.value.file.endswith("v2.metadata.json")
+    result = run(path, tmp_path)  # and a conversion ignores it, saying why
+    assert (result.mode, result.metadata_location) == ("up-to-date", real.metadata_location)
+    assert any("v2.metadata.json is ignored" in w and "IcebergMetadataError" in w for w in result.warnings)
