@@ -4,9 +4,13 @@ task instances and XComs are read back."""
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import os
+import shutil
 import sqlite3
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,16 +28,45 @@ def _migrated(db: Path) -> bool:
             return False
 
 
+#: Where the first worker of a run leaves its freshly migrated DB for the others (set by the process that starts
+#: them: ``share_migrated_db``): ``airflow db migrate`` costs ~7 CPU s, copying its result nothing; the DB holds no
+#: path of its AIRFLOW_HOME.
+TEMPLATE_ENV = "DELTABERG_AIRFLOW_DB_TEMPLATE"
+
+
+def share_migrated_db() -> None:
+    """Let the workers this process starts after the call share one migrated DB (in a folder of its own, removed
+    when this process ends)."""
+    folder = tempfile.mkdtemp(prefix="deltaberg-airflow-db-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.environ[TEMPLATE_ENV] = os.path.join(folder, "airflow.db")
+
+
 def migrate_airflow_db() -> Path:
-    """The migrated SQLite metadata DB of AIRFLOW_HOME (``airflow db migrate`` unless already done)."""
+    """The migrated SQLite metadata DB of AIRFLOW_HOME (``airflow db migrate`` unless already done, or a copy of the
+    DB another worker of the run migrated)."""
     db = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
-    if not _migrated(db):
-        result = subprocess.run(
-            [AIRFLOW, "db", "migrate"], capture_output=True, text=True, timeout=300, env=os.environ.copy()
-        )
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    template = os.environ.get(TEMPLATE_ENV)
+    if not _migrated(db) and template:
+        with open(template + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker migrates, the others wait for its DB
+            if _migrated(Path(template)):
+                shutil.copyfile(template, db)
+            else:
+                _migrate(db)
+                shutil.copyfile(db, template + ".partial")
+                os.replace(template + ".partial", template)
+    elif not _migrated(db):
+        _migrate(db)
     assert _migrated(db), f"airflow db migrate left no migrated {db}"
     return db
+
+
+def _migrate(db: Path) -> None:
+    result = subprocess.run(
+        [AIRFLOW, "db", "migrate"], capture_output=True, text=True, timeout=300, env=os.environ.copy()
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
 def register_dag(dag: Any) -> None:

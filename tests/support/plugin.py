@@ -24,7 +24,7 @@ from support import (
     tables,
 )
 from support import spark_cluster as cluster_support
-from support.airflow_dags import DagRunResult, dag_id_for, migrate_airflow_db
+from support.airflow_dags import DagRunResult, dag_id_for, migrate_airflow_db, share_migrated_db
 from support.airflow_dags import run_dag as run_dag_now
 from support.environment import FIXTURE_TABLES, FIXTURES_DIR, FIXTURES_MISSING_REASON
 from support.secrets import STORAGE_SECRET
@@ -41,6 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # only process; the Spark JVMs wait for it (spark_session.jvm_options). Not for runs that deselect the spark tests.
     if not hasattr(config, "workerinput") and "not spark" not in (config.option.markexpr or ""):
         jvm_archive.start_build(spark_session.BASE_JVM_OPTIONS)
+    if not hasattr(config, "workerinput"):
+        share_migrated_db()  # one `airflow db migrate` a run: its workers copy the DB the first one migrated
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
