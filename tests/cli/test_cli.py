@@ -1,4 +1,5 @@
-"""`deltaberg inspect` run as a real process on tables written by deltalake."""
+"""`deltaberg inspect` and `convert` on tables written by deltalake: the first as a real process, the others as
+``cli.main`` in this process (``deltaberg_here``: the same output and exit code, without a process start each)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable as PeerTable
 from deltalake import write_deltalake
-from support.cli import run_deltaberg
+from support.cli import deltaberg_here, run_deltaberg
 
 
 @pytest.fixture()
@@ -36,7 +37,7 @@ def test_inspect_json_reports_the_table(table: Path) -> None:
 
 
 def test_inspect_time_travel_and_text(table: Path) -> None:
-    result = run_deltaberg("inspect", str(table), "--version", "0")
+    result = deltaberg_here("inspect", str(table), "--version", "0")
     assert result.returncode == 0, result.stderr
     assert "version:          0" in result.stdout
     assert "files:            1" in result.stdout
@@ -53,7 +54,7 @@ def test_inspect_time_travel_and_text(table: Path) -> None:
 )
 def test_inspect_errors_exit_2_with_one_line(table: Path, tmp_path: Path, args: tuple[str, ...], error: str) -> None:
     filled = [a.format(missing=tmp_path / "nothing-here", table=table) for a in args]
-    result = run_deltaberg(*filled)
+    result = deltaberg_here(*filled)
     assert result.returncode == 2
     assert error in result.stderr
     assert "Traceback" not in result.stderr
@@ -65,7 +66,7 @@ def test_convert_json_registers_then_converts_incrementally_and_expires(table: P
     from pyiceberg.catalog.sql import SqlCatalog
 
     uri = f"sqlite:///{tmp_path}/catalog.db"
-    first = run_deltaberg("convert", str(table), "--identifier", "db.events", "--catalog-uri", uri, "--format", "json")
+    first = deltaberg_here("convert", str(table), "--identifier", "db.events", "--catalog-uri", uri, "--format", "json")
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert summary["mode"] == "full" and summary["delta_version"] == 1
@@ -73,8 +74,8 @@ def test_convert_json_registers_then_converts_incrementally_and_expires(table: P
 
     write_deltalake(str(table), pa.table({"kind": ["c"], "value": pa.array([6], pa.int64())}), mode="append",
                     partition_by=["kind"])
-    second = run_deltaberg("convert", str(table), "--identifier", "db.events", "--catalog-uri", uri, "--format", "json",
-                 "--retain-snapshots", "1")
+    second = deltaberg_here("convert", str(table), "--identifier", "db.events", "--catalog-uri", uri, "--format",
+                            "json", "--retain-snapshots", "1")
     assert second.returncode == 0, second.stderr
     summary = json.loads(second.stdout)
     assert (summary["mode"], summary["delta_version"], summary["snapshots_expired"]) == ("incremental", 2, 1)
@@ -89,18 +90,18 @@ def test_convert_json_registers_then_converts_incrementally_and_expires(table: P
 def test_convert_format_version_3_and_its_refusals(table: Path) -> None:
     from pyiceberg.table import StaticTable
 
-    v3 = run_deltaberg("convert", str(table), "--format-version", "3", "--format", "json")
+    v3 = deltaberg_here("convert", str(table), "--format-version", "3", "--format", "json")
     assert v3.returncode == 0, v3.stderr
     location = json.loads(v3.stdout)["metadata_location"]
     assert StaticTable.from_metadata(location).metadata.format_version == 3
-    back = run_deltaberg("convert", str(table), "--format-version", "2", "--full", "--format", "json")
+    back = deltaberg_here("convert", str(table), "--format-version", "2", "--full", "--format", "json")
     assert back.returncode == 2 and "cannot go back to 2" in back.stderr
-    unknown = run_deltaberg("convert", str(table), "--format-version", "4")
+    unknown = deltaberg_here("convert", str(table), "--format-version", "4")
     assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
 
 
 def test_convert_of_a_path_that_is_not_a_table_exits_2(tmp_path: Path) -> None:
-    result = run_deltaberg("convert", str(tmp_path / "nothing"), "--format", "json")
+    result = deltaberg_here("convert", str(tmp_path / "nothing"), "--format", "json")
     assert result.returncode == 2
     assert "NotADeltaTableError" in result.stderr and str(tmp_path / "nothing") in result.stderr
 

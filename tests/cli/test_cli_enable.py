@@ -1,4 +1,5 @@
-"""`deltaberg enable` run as a real process: exit 0 done, 1 blocked/refused, 2 error; --dry-run writes nothing."""
+"""`deltaberg enable`: exit 0 done, 1 blocked/refused, 2 error; --dry-run writes nothing. As ``cli.main`` in this
+process (``deltaberg_here``), and as a real process where the process's environment is under test (Java, jars)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support.cli import DELTABERG, run_deltaberg
+from support.cli import DELTABERG, deltaberg_here
 from support.tables import id_mode_table, log_bytes, rows_of
 
 from airflow_deltaberg.core.compat import validate
@@ -19,7 +20,7 @@ from airflow_deltaberg.core.compat import validate
 def test_dry_run_prints_the_plan_and_writes_nothing(deltalake_table: Callable[..., Path]) -> None:
     path = deltalake_table("t", partition_by=["part"])
     before = log_bytes(path)
-    result = run_deltaberg("enable", str(path), "--dry-run")
+    result = deltaberg_here("enable", str(path), "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "rewrite:  needed" in result.stdout
     assert "  - no-column-mapping: " in result.stdout and "  - partition-values-not-materialized: " in result.stdout
@@ -27,7 +28,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(deltalake_table: Callable[..
     assert "result:   dry run: nothing was written" in result.stdout
     assert log_bytes(path) == before
 
-    as_json = run_deltaberg("enable", str(path), "--dry-run", "--format", "json")
+    as_json = deltaberg_here("enable", str(path), "--dry-run", "--format", "json")
     assert as_json.returncode == 0, as_json.stderr
     doc = json.loads(as_json.stdout)
     assert doc["action"] == "dry-run" and doc["committed_version"] is None
@@ -38,13 +39,13 @@ def test_dry_run_prints_the_plan_and_writes_nothing(deltalake_table: Callable[..
 
 def test_enable_an_empty_table_then_again(deltalake_table: Callable[..., Path], rows: pa.Table) -> None:
     path = deltalake_table("t", data=rows.slice(0, 0))
-    result = run_deltaberg("enable", str(path), "--format", "json")
+    result = deltaberg_here("enable", str(path), "--format", "json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert (doc["action"], doc["committed_version"]) == ("metadata-only", 1)
     assert validate(str(path), data_checks=True).compliant
 
-    again = run_deltaberg("enable", str(path))
+    again = deltaberg_here("enable", str(path))
     assert again.returncode == 0, again.stderr
     assert "already enabled" in again.stdout and "result:   nothing to do" in again.stdout
     assert sorted(log_bytes(path)) == [f"{v:020d}.json" for v in (0, 1)]
@@ -53,7 +54,7 @@ def test_enable_an_empty_table_then_again(deltalake_table: Callable[..., Path], 
 def test_metadata_only_mode_on_compliant_files(tmp_path: Path) -> None:
     path = id_mode_table(tmp_path / "t")
     before = rows_of(path)
-    result = run_deltaberg("enable", str(path), "--mode", "metadata_only")
+    result = deltaberg_here("enable", str(path), "--mode", "metadata_only")
     assert result.returncode == 0, result.stderr
     assert "enabled in version 2 (one metadata commit, no data rewritten)" in result.stdout
     assert validate(str(path), data_checks=True).compliant
@@ -63,11 +64,11 @@ def test_metadata_only_mode_on_compliant_files(tmp_path: Path) -> None:
 def test_metadata_only_refused_when_a_rewrite_is_needed(deltalake_table: Callable[..., Path]) -> None:
     path = deltalake_table("t")
     before = log_bytes(path)
-    result = run_deltaberg("enable", str(path), "--mode", "metadata_only")
+    result = deltaberg_here("enable", str(path), "--mode", "metadata_only")
     assert result.returncode == 1, result.stderr
     assert "refused" in result.stderr and "no-column-mapping" in result.stderr and str(path) in result.stderr
     assert log_bytes(path) == before
-    dry = run_deltaberg("enable", str(path), "--mode", "metadata_only", "--dry-run")
+    dry = deltaberg_here("enable", str(path), "--mode", "metadata_only", "--dry-run")
     assert dry.returncode == 1  # what the same command without --dry-run would do
     assert log_bytes(path) == before
 
@@ -76,7 +77,7 @@ def test_metadata_only_refused_when_a_rewrite_is_needed(deltalake_table: Callabl
 def test_blocked_table(deltalake_table: Callable[..., Path], rows: pa.Table, dry_run: bool) -> None:
     path = deltalake_table("t", data=rows.slice(0, 0), configuration={"delta.enableChangeDataFeed": "true"})
     before = log_bytes(path)
-    result = run_deltaberg("enable", str(path), "--format", "json", *(["--dry-run"] if dry_run else []))
+    result = deltaberg_here("enable", str(path), "--format", "json", *(["--dry-run"] if dry_run else []))
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
     assert doc["plan"]["blockers"][0].startswith("change data feed is active")
@@ -84,7 +85,7 @@ def test_blocked_table(deltalake_table: Callable[..., Path], rows: pa.Table, dry
 
 
 def test_not_a_table_is_an_error(tmp_path: Path) -> None:
-    result = run_deltaberg("enable", str(tmp_path / "missing"))
+    result = deltaberg_here("enable", str(tmp_path / "missing"))
     assert result.returncode == 2
     assert "NotADeltaTableError" in result.stderr and "Traceback" not in result.stderr
 
@@ -95,7 +96,7 @@ def test_not_a_table_is_an_error(tmp_path: Path) -> None:
 def test_dry_run_lists_the_writers_of_each_level(deltalake_table: Callable[..., Path]) -> None:
     path = deltalake_table("t")
     before = log_bytes(path)
-    default = run_deltaberg("enable", str(path), "--dry-run")
+    default = deltaberg_here("enable", str(path), "--dry-run")
     assert default.returncode == 0, default.stderr
     text = default.stdout
     assert "level:    writer-compat-v1 (IcebergWriterCompatV1)" in text
@@ -104,7 +105,7 @@ def test_dry_run_lists_the_writers_of_each_level(deltalake_table: Callable[..., 
     assert "Delta on Spark 4.4.0 (Spark 4.1): refuses (DELTA_UNSUPPORTED_FEATURES_FOR_WRITE" in refuse
     assert "deltalake (delta-rs) 1.6.6: refuses" in refuse
 
-    v2 = run_deltaberg("enable", str(path), "--dry-run", "--level", "compat-v2", "--format", "json")
+    v2 = deltaberg_here("enable", str(path), "--dry-run", "--level", "compat-v2", "--format", "json")
     assert v2.returncode == 0, v2.stderr
     plan = json.loads(v2.stdout)["plan"]
     assert plan["level"] == "compat-v2"
@@ -114,7 +115,7 @@ def test_dry_run_lists_the_writers_of_each_level(deltalake_table: Callable[..., 
     assert config["delta.enableIcebergCompatV2"] == "true" and "delta.enableIcebergWriterCompatV1" not in config
     assert "icebergWriterCompatV1" not in plan["protocol"]["writerFeatures"]
 
-    v3 = run_deltaberg("enable", str(path), "--dry-run", "--level", "writer-compat-v3", "--format", "json")
+    v3 = deltaberg_here("enable", str(path), "--dry-run", "--level", "writer-compat-v3", "--format", "json")
     assert v3.returncode == 0, v3.stderr
     plan = json.loads(v3.stdout)["plan"]
     assert {"icebergCompatV3", "icebergWriterCompatV3", "rowTracking", "domainMetadata"} <= set(
@@ -122,7 +123,7 @@ def test_dry_run_lists_the_writers_of_each_level(deltalake_table: Callable[..., 
     assert "row-tracking" in [r.split(":")[0] for r in plan["reasons"]]
     assert log_bytes(path) == before
 
-    bad = run_deltaberg("enable", str(path), "--level", "compat-v9")
+    bad = deltaberg_here("enable", str(path), "--level", "compat-v9")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
     assert log_bytes(path) == before
 
@@ -131,8 +132,8 @@ def test_compat_v2_on_an_empty_table(deltalake_table: Callable[..., Path], rows:
     """compat-v2 keeps byte/short and does not block on change data feed (IcebergWriterCompatV1 would)."""
     data = rows.slice(0, 0).append_column("small", pa.array([], pa.int16()))
     path = deltalake_table("t", data=data, configuration={"delta.enableChangeDataFeed": "true"})
-    assert run_deltaberg("enable", str(path), "--dry-run").returncode == 1  # blocked at writer-compat-v1
-    result = run_deltaberg("enable", str(path), "--level", "compat-v2", "--format", "json")
+    assert deltaberg_here("enable", str(path), "--dry-run").returncode == 1  # blocked at writer-compat-v1
+    result = deltaberg_here("enable", str(path), "--level", "compat-v2", "--format", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["action"] == "metadata-only"
     report = validate(str(path), "compat-v2", data_checks=True)

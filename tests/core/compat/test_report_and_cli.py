@@ -1,5 +1,6 @@
 """The compliance report's JSON schema (stable, version 1), its text and markdown renderings, and
-`deltaberg validate` run as a real process (exit 0 compliant, 1 violations, 2 error)."""
+`deltaberg validate` (exit 0 compliant, 1 violations, 2 error): run as a real process once, then as ``cli.main`` in this
+process (``deltaberg_here``: the same output and exit code, without a process start each)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
-from support.cli import run_deltaberg
+from support.cli import deltaberg_here, run_deltaberg
 from support.compat_tables import BuiltTable, add_files, array, create_compliant_table
 
 from airflow_deltaberg.core import display
@@ -185,17 +186,17 @@ def test_cli_exit_0_on_a_compliant_table(good: BuiltTable) -> None:
 
 
 def test_cli_exit_1_on_violations_text_and_markdown(bad: Path) -> None:
-    text = run_deltaberg("validate", str(bad))
+    text = deltaberg_here("validate", str(bad))
     assert text.returncode == 1, text.stderr
     assert text.stdout.rstrip("\n") == validate(str(bad), WV1).to_text()
-    markdown = run_deltaberg("validate", str(bad), "--format", "markdown", "--level", "compat-v2")
+    markdown = deltaberg_here("validate", str(bad), "--format", "markdown", "--level", "compat-v2")
     assert markdown.returncode == 1
     assert markdown.stdout.startswith("## NOT COMPLIANT: ") and "level compat-v2" in markdown.stdout
     assert "`column-mapping.id-mode`" not in markdown.stdout  # a writer-compat-v1 rule
 
 
 def test_cli_level_compat_v1(good: BuiltTable) -> None:
-    result = run_deltaberg("validate", good.location, "--level", "compat-v1", "--format", "json")
+    result = deltaberg_here("validate", good.location, "--level", "compat-v1", "--format", "json")
     assert result.returncode == 1
     data = json.loads(result.stdout)
     assert data["level"] == "compat-v1" and data["levels_checked"] == ["compat-v1"]
@@ -204,15 +205,15 @@ def test_cli_level_compat_v1(good: BuiltTable) -> None:
 
 
 def test_cli_data_checks_and_version(int96: BuiltTable) -> None:
-    without = run_deltaberg("validate", int96.location, "--format", "json")
+    without = deltaberg_here("validate", int96.location, "--format", "json")
     assert without.returncode == 0, without.stderr
-    with_data = run_deltaberg("validate", int96.location, "--data-checks", "--sample-files", "5", "--format", "json")
+    with_data = deltaberg_here("validate", int96.location, "--data-checks", "--sample-files", "5", "--format", "json")
     assert with_data.returncode == 1
     data = json.loads(with_data.stdout)
     assert [v["rule_id"] for v in data["violations"]] == ["data.timestamp-int64"]
     assert data["violations"][0]["location"]["kind"] == "file"
     # Version 0 has no files: nothing for the data checks to find.
-    old = run_deltaberg("validate", int96.location, "--data-checks", "--version", "0", "--format", "json")
+    old = deltaberg_here("validate", int96.location, "--data-checks", "--version", "0", "--format", "json")
     assert old.returncode == 0 and json.loads(old.stdout)["version"] == 0
 
 
@@ -224,7 +225,7 @@ def test_cli_exit_2_on_errors(case: str, tmp_path: Path, bad: Path, fixtures_dir
         # The log names data files the fixture does not hold.
         "data-files": ((str(fixtures_dir / "app-txn-with-last-updated"), "--data-checks"), "MissingDataFileError"),
     }[case]
-    result = run_deltaberg("validate", *args)
+    result = deltaberg_here("validate", *args)
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.startswith(f"deltaberg validate: {error}: ")
@@ -232,7 +233,7 @@ def test_cli_exit_2_on_errors(case: str, tmp_path: Path, bad: Path, fixtures_dir
 
 
 def test_cli_rejects_an_unknown_level(bad: Path) -> None:
-    result = run_deltaberg("validate", str(bad), "--level", "compat-v4")
+    result = deltaberg_here("validate", str(bad), "--level", "compat-v4")
     assert result.returncode == 2 and "invalid choice" in result.stderr
 
 
@@ -243,7 +244,7 @@ def test_cli_exit_2_when_a_partition_column_is_not_in_the_schema(tmp_path: Path)
     add_files(table, {"id": [1], "p": ["a"]})
     metadata = dict(table.metadata, partitionColumns=["nope"])
     table.commit([{"metaData": metadata}])
-    result = run_deltaberg("validate", table.location, "--data-checks")
+    result = deltaberg_here("validate", table.location, "--data-checks")
     assert result.returncode == 2
     assert result.stderr.startswith("deltaberg validate: CorruptLogError: the metaData action is invalid")
     assert "00000000000000000002.json" in result.stderr

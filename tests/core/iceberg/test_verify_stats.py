@@ -2,7 +2,8 @@
 footer. Delta readers (deltalake's kernel) and Iceberg readers (pyiceberg, through the converted bounds) skip the
 row ``ts = true minimum``. The converter cannot fix Delta's readers; ``validate --data-checks`` reports the file
 (rule data.stats-cover-data, exit 1) and ``convert --verify-stats`` refuses it (StatsMismatchError, exit 2,
-nothing written), in a full and in an incremental conversion. Healthy tables convert with ``--verify-stats``.
+nothing written), in a full and in an incremental conversion. Healthy tables convert with ``--verify-stats``. The
+commands run as ``cli.main`` in this process (``support.cli.deltaberg_here``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from deltalake import DeltaTable as PeerTable
 from deltalake import QueryBuilder, write_deltalake
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
-from support.cli import run_deltaberg
+from support.cli import deltaberg_here
 from support.tables import iceberg_files
 
 from airflow_deltaberg.core.delta import DeltaTable
@@ -87,7 +88,7 @@ def test_lying_stats_make_delta_and_iceberg_readers_skip_the_row(tmp_path: Path)
 def test_validate_data_checks_reports_the_lying_file(tmp_path: Path) -> None:
     path = tmp_path / "t"
     data_file = lying_table(path)
-    result = run_deltaberg("validate", str(path), "--data-checks", "--sample-files", "all", "--format", "json")
+    result = deltaberg_here("validate", str(path), "--data-checks", "--sample-files", "all", "--format", "json")
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
     found = [v for v in report["violations"] if v["rule_id"] == RULE]
@@ -95,21 +96,21 @@ def test_validate_data_checks_reports_the_lying_file(tmp_path: Path) -> None:
     assert "column ts: minValues" in found[0]["message"] and found[0]["severity"] == "error"
     assert report["files_sampled"] == 3
     for level in ("compat-v1", "compat-v2", "writer-compat-v1"):
-        assert RULE in run_deltaberg("validate", str(path), "--data-checks", "--sample-files", "all", "--level", level,
+        assert RULE in deltaberg_here("validate", str(path), "--data-checks", "--sample-files", "all", "--level", level,
                            "--format", "json").stdout
 
 
 def test_validate_sample_of_files_that_misses_the_liar_is_clean_of_the_rule(tmp_path: Path) -> None:
     path = tmp_path / "t"
     lying_table(path)
-    result = run_deltaberg("validate", str(path), "--data-checks", "--sample-files", "0", "--format", "json")
+    result = deltaberg_here("validate", str(path), "--data-checks", "--sample-files", "0", "--format", "json")
     assert RULE not in {v["rule_id"] for v in json.loads(result.stdout)["violations"]}
 
 
 def test_convert_verify_stats_refuses_a_full_conversion(tmp_path: Path) -> None:
     path = tmp_path / "t"
     data_file = lying_table(path)
-    result = run_deltaberg("convert", str(path), "--verify-stats")
+    result = deltaberg_here("convert", str(path), "--verify-stats")
     assert result.returncode == 2, result.stdout
     assert "StatsMismatchError" in result.stderr and data_file in result.stderr, result.stderr
     assert f"version {LYING_VERSION}" in result.stderr and str(path) in result.stderr
@@ -133,7 +134,7 @@ def test_convert_verify_stats_refuses_an_incremental_conversion(tmp_path: Path) 
     assert info.value.version == 2 and data_file in str(info.value)
     assert iceberg_files(path) == before
     assert iceberg_ids(first.metadata_location) == list(range(ROWS))
-    result = run_deltaberg("convert", str(path), "--verify-stats")
+    result = deltaberg_here("convert", str(path), "--verify-stats")
     assert result.returncode == 2 and "StatsMismatchError" in result.stderr
 
 
@@ -146,7 +147,7 @@ def test_convert_verify_stats_passes_honest_tables(tmp_path: Path) -> None:
     append_file(path, 3)
     result = convert(str(path), verify_stats=True)
     assert result.mode == "incremental" and iceberg_ids(result.metadata_location) == list(range(4 * ROWS))
-    cli = run_deltaberg("convert", str(path), "--verify-stats", "--full", "--format", "json")
+    cli = deltaberg_here("convert", str(path), "--verify-stats", "--full", "--format", "json")
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["records"] == 4 * ROWS
 
@@ -155,7 +156,7 @@ def test_convert_verify_stats_passes_honest_tables(tmp_path: Path) -> None:
 def test_sample_files_must_be_a_count_or_all(value: str, tmp_path: Path) -> None:
     path = tmp_path / "t"
     append_file(path, 0)
-    result = run_deltaberg("validate", str(path), "--data-checks", "--sample-files", value)
+    result = deltaberg_here("validate", str(path), "--data-checks", "--sample-files", value)
     assert result.returncode == 2
     assert "--sample-files" in result.stderr and result.stdout == ""
 
@@ -185,7 +186,7 @@ def test_a_size_that_is_not_the_files_is_flagged_and_refused(wrong: int, tmp_pat
         add["size"] = add["size"] + 1 if wrong == 1 else wrong
 
     data_file = change_add(path, LYING_VERSION, resize)
-    report = json.loads(run_deltaberg("validate", str(path), "--data-checks", "--sample-files", "all", "--format",
+    report = json.loads(deltaberg_here("validate", str(path), "--data-checks", "--sample-files", "all", "--format",
                             "json").stdout)
     found = [v for v in report["violations"] if v["rule_id"] == RULE]
     assert [v["location"]["path"] for v in found] == [data_file]
