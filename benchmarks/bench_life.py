@@ -28,7 +28,8 @@ windows, one commit and conversion on each table in turn (the order rotates each
 Each window ends on a checkpoint commit (at the default ``--checkpoint-every``). The windows' mean, fastest and
 tenth-fastest runs are printed, and the commit-100 window measured at the start of the life (its own load).
 ``--profile DIR`` then runs one more window on each table, interleaved the same way, under cProfile (one stats
-file per table).
+file per table); the young tables are then at commits 101-170 and 201-270, all three with the steady history, so
+their profiles differ by the table's age alone.
 
 Snapshot expiry is ``convert()``'s default unless ``--retain-snapshots`` is given; the retained snapshots are
 printed, since a run's cost and the bytes kept depend on them. Exits 1 when a target is missed.
