@@ -24,7 +24,7 @@ from typing import Any
 
 from support.environment import REPO_ROOT
 from support.servers import free_port
-from support.spark_session import java, jvm_options
+from support.spark_session import INTERPRETED, java, jvm_options
 
 START_TIMEOUT_S = 90.0
 WORKERS = 2
@@ -112,6 +112,7 @@ class SparkCluster:
             "spark.pyspark.driver.python": sys.executable,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
+            **INTERPRETED,
             # The tests' JVM options (C1 only, serial GC, the JVM archive): Spark's classpath is the same in every
             # JVM of the cluster, so the driver, the executors and the daemons all map the archive's classes.
             "spark.driver.extraJavaOptions": jvm_options(),

@@ -32,11 +32,15 @@ ICEBERG_JARS = ("iceberg-spark-runtime-*.jar",)
 #: JIT and the serial GC cut the run time by a third to a half (C2 compilations and parallel GC threads compete with
 #: the queries).
 BASE_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-#: Spark settings for the small local jobs the tests submit (operators, example DAGs): no UI, and shuffle and Delta
-#: snapshot partitions for 2 cores instead of Spark's 200 and Delta's 50 (each an idle task); submit_conf() adds the
-#: JVM options.
+#: Spark SQL without generated code, for every Spark JVM of the tests (the session, each submitted job, the
+#: cluster's applications): for tables of tens of rows Janino's compiling costs more than it saves (the session:
+#: 27% less CPU in test_iceberg_read_parity and test_delta_parity; a submitted enable rewrite 26.7 -> 21.8 CPU s).
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+#: Spark settings for the small local jobs the tests submit (operators, example DAGs): no UI, no generated code, and
+#: shuffle and Delta snapshot partitions for 2 cores instead of Spark's 200 and Delta's 50 (each an idle task);
+#: submit_conf() adds the JVM options.
 _SUBMIT_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                "spark.databricks.delta.snapshotPartitions": "2"}
+                "spark.databricks.delta.snapshotPartitions": "2", **INTERPRETED}
 
 
 def jvm_options() -> str:
@@ -49,7 +53,8 @@ def jvm_options() -> str:
 def pyspark_submit_args() -> str:
     """$PYSPARK_SUBMIT_ARGS for a process that starts its own local Spark through pyspark (`deltaberg enable`): the
     jvm_options(), given the way a user gives a driver setting to such a process."""
-    return f'--conf "spark.driver.extraJavaOptions={jvm_options()}" pyspark-shell'
+    interpreted = " ".join(f"--conf {key}={value}" for key, value in INTERPRETED.items())
+    return f'--conf "spark.driver.extraJavaOptions={jvm_options()}" {interpreted} pyspark-shell'
 
 
 def submit_conf() -> dict[str, str]:
@@ -108,10 +113,7 @@ def spark_session() -> Iterator[Any]:
         .config("spark.driver.memory", "1g")
         .config("spark.driver.extraJavaOptions", jvm_options())
         .config("spark.log.level", "ERROR")
-        # Tables of tens of rows: compiling generated code (Janino) for every new query costs more than running
-        # Spark's interpreted expressions: test_iceberg_read_parity and test_delta_parity took 27% less CPU without.
-        .config("spark.sql.codegen.wholeStage", "false")
-        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        .config(map=INTERPRETED)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -169,8 +171,9 @@ def spark_submit_command(application: str, *arguments: str, master: str = "local
 
 def run_spark_submit(application: str, *arguments: str, master: str = "local[2]", jars: str | None = None,
                      conf: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    """``application`` with ``arguments`` through spark-submit (its own JVM, with the jvm_options() unless ``conf``
-    sets the driver's)."""
+    """``application`` with ``arguments`` through spark-submit (its own JVM, with the jvm_options() and INTERPRETED
+    unless ``conf`` sets them otherwise)."""
     command, env = spark_submit_command(application, *arguments, master=master, jars=jars,
-                                        conf={"spark.driver.extraJavaOptions": jvm_options(), **(conf or {})})
+                                        conf={"spark.driver.extraJavaOptions": jvm_options(), **INTERPRETED,
+                                              **(conf or {})})
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
