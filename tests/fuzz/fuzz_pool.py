@@ -19,8 +19,9 @@ from fuzz_harness import CALL_TIMEOUT_S, ORACLE_TIMEOUT_S, CaseResult, Finding, 
 #: Beyond the alarms of the calls (three commands, the pre-conversion, convert --verify-stats and the two readers):
 #: the worker is stuck.
 HARD_DEADLINE_S = 5 * CALL_TIMEOUT_S + 2 * ORACLE_TIMEOUT_S + 30
-#: A worker is replaced after this many cases (bounds memory growth of long runs).
-CASES_PER_WORKER = 150
+#: A worker is replaced after this many cases (bounds memory growth of long runs). The CI run's 500 cases on two
+#: workers start each once: a start costs ~2.5 s of CPU (spawn, imports, the first case's lazy imports).
+CASES_PER_WORKER = 250
 
 
 class WorkerGone(Exception):
