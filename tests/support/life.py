@@ -79,11 +79,19 @@ class TableLife:
         self.incarnation = -1
         self.next_id = 0
         self.vacuumed_at = 0  # restore targets start here: VACUUM removed the files of earlier versions
+        self._table: deltalake.DeltaTable | None = None
 
     # -- the table as it is ------------------------------------------------------------------------------------
 
     def table(self) -> deltalake.DeltaTable:
-        return deltalake.DeltaTable(str(self.path))
+        """The table at its latest version: one DeltaTable brought up to date with the commits since its last use
+        (opening one reads the log and the checkpoint again: ~10 ms of CPU, four or five times a step; bringing it
+        up to date <1 ms)."""
+        if self._table is None:
+            self._table = deltalake.DeltaTable(str(self.path))
+        else:
+            self._table.update_incremental()
+        return self._table
 
     def schema_name(self) -> str:
         fields = {f.name: f.type for f in pa.schema(self.table().schema().to_arrow())}
@@ -152,6 +160,7 @@ class TableLife:
         return Step(self.steps, operation, self.incarnation, version, commits)
 
     def create(self) -> str:
+        self._table = None  # a new table at the path: its log starts again at version 0
         self.incarnation += 1
         self.vacuumed_at = 0
         schema = self.rng.choice(list(SCHEMAS))
@@ -164,7 +173,8 @@ class TableLife:
         column = partitioning[0]
         value: object = f"p{self.rng.randrange(3)}" if column == "p" else self.rng.randrange(3)
         rows = self.rows(self.schema_name(), self.rng.randint(2, 6), partition=(column, value))
-        write_deltalake(str(self.path), rows, mode="append", partition_by=list(partitioning))
+        # Through the DeltaTable kept up to date: given the path, deltalake would open the table again.
+        write_deltalake(self.table(), rows, mode="append", partition_by=list(partitioning))
         return f"append to {column}={value}"
 
     def delete(self) -> str:

@@ -24,9 +24,10 @@ def rows_of(table: pa.Table) -> Rows:
     return sorted(tuple(row[c] for c in sorted(table.column_names)) for row in table.to_pylist())
 
 
-def kernel_arrow(path: Path | str, version: int | None = None) -> pa.Table:
-    """The table as deltalake's kernel-based reader (DataFusion) returns it."""
-    table = deltalake.DeltaTable(str(path), version=version)
+def kernel_arrow(path: Path | str | deltalake.DeltaTable, version: int | None = None) -> pa.Table:
+    """The table as deltalake's kernel-based reader (DataFusion) returns it (at the version a DeltaTable given is
+    loaded at)."""
+    table = path if isinstance(path, deltalake.DeltaTable) else deltalake.DeltaTable(str(path), version=version)
     return pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t"))
 
 

@@ -129,7 +129,7 @@ def live(path: Path) -> Life:
     recorded: dict[int, pa.Table] = {}  # the rows of the versions of a step, before the step ends
 
     def record(version: int) -> None:
-        recorded[version] = kernel_arrow(path)
+        recorded[version] = kernel_arrow(table.table())
 
     table = TableLife(path, LIFE_SEED, recreate_until=LIFE_COMMITS * 3 // 5, appends_from=LIFE_COMMITS * 9 // 10,
                       on_commit=record)
@@ -144,7 +144,7 @@ def live(path: Path) -> Life:
         recorded.clear()
         for version in range(step.version - step.commits + 1, step.version + 1):
             if version not in life.delta_rows or version == step.version:
-                life.delta_rows[version] = kernel_arrow(path, None if version == step.version else version)
+                life.delta_rows[version] = kernel_arrow(table.table() if version == step.version else path, version)
         life.runs.append(check_run(life, step))
     life.seconds = time.monotonic() - started
     return life
