@@ -15,7 +15,12 @@ FLOOR=(apache-airflow==3.1.0 apache-airflow-providers-apache-spark==6.0.0 struct
 # What the install tests use to build and read tables (never pyspark).
 TEST=(pytest deltalake==1.6.6)
 if [ ! -x "$VENV/bin/python" ]; then
-  "$PYTHON" -m venv "$VENV"
+  # Without pip (ensurepip costs ~9 CPU s; uv installs into it): uv itself comes from .cache, or from .venv's pip.
+  "$PYTHON" -m venv --without-pip "$VENV"
+fi
+pip_python=$PYTHON
+if [ -x .venv/bin/python ]; then
+  pip_python=.venv/bin/python
 fi
 stamp=$VENV/.deltaberg-installed
 want=$(cat pyproject.toml scripts/setup_floor.sh scripts/uv.sh | sha256sum | cut -d' ' -f1)
@@ -23,7 +28,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setting up $VENV (the lowest declared Airflow, no extras; log in $VENV/install.log)" >&2
   # No --compile-bytecode (unlike setup.sh): compiling all of it took 24 CPU s of the 28 this install costs, and only
   # tests/install runs here, whose processes import a small part; scripts/test.sh lets them write what they compile.
-  if ! scripts/uv.sh "$VENV/bin/python" pip install --python "$VENV/bin/python" -e . \
+  if ! scripts/uv.sh "$pip_python" pip install --python "$VENV/bin/python" -e . \
       "${FLOOR[@]}" "${TEST[@]}" \
       > "$VENV/install.log" 2>&1; then
     tail -n 40 "$VENV/install.log" >&2
