@@ -6,7 +6,8 @@ FileIO reaches that S3 (support.rest_catalog). The Delta tables live on S3, writ
 Iceberg metadata is written next to them by the Spark application that ``DeltaIcebergRegenerateOperator``
 submits to ``spark://127.0.0.1:PORT`` in client deploy mode: the driver plans and publishes, executors in the
 worker JVMs write the manifests through the core's own storage (fsspec/s3fs, storage options from an Airflow
-``aws`` connection); no hadoop-aws, no s3a.
+``aws`` connection); no hadoop-aws, no s3a. An application gets one executor (a JVM and its Python workers), the
+one whose worker is killed two, one per worker.
 
 What is checked: the sensor sees the commits, the executors ran in the workers (the application's Spark event
 log and the workers' JSON), pyiceberg reads through the REST catalog the rows deltalake reads (full, then
@@ -39,7 +40,7 @@ from pyiceberg.catalog import load_catalog
 from support.manifests import assert_same_manifests, written_manifests
 from support.object_store import SECRET_KEY, S3Endpoint, s3_server
 from support.rest_catalog import RestServer, rest_catalog_server
-from support.spark_cluster import SparkCluster
+from support.spark_cluster import WORKER_CORES, SparkCluster
 
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.operators.regenerate import DeltaIcebergRegenerateOperator
@@ -69,8 +70,11 @@ class Lake:
     def catalog(self) -> dict[str, str]:
         return {"type": "rest", "uri": self.rest.uri, **self.s3.pyiceberg_properties}
 
-    def spark_conf(self) -> dict[str, str]:
-        return {**self.cluster.app_conf(), "spark.eventLog.enabled": "true",
+    def spark_conf(self, executors: int = 1) -> dict[str, str]:
+        """An application's conf: ``executors`` executors (one core each, on as many workers; each is a JVM and its
+        Python workers, so one unless a test needs a second worker to take over), event log on."""
+        return {**self.cluster.app_conf(), "spark.cores.max": str(executors * WORKER_CORES),
+                "spark.eventLog.enabled": "true",
                 "spark.eventLog.dir": self.events.as_uri(), "spark.eventLog.rolling.enabled": "false",
                 "spark.eventLog.compress": "false"}
 
@@ -144,7 +148,7 @@ def sales(first: int, count: int) -> pa.Table:
 
 
 def regeneration_dag(lake: Lake, dag_id: str, table_uri: str, identifier: str, *, sensor: bool = True,
-                     full: bool = False, format_version: int | None = None) -> DAG:
+                     full: bool = False, format_version: int | None = None, executors: int = 1) -> DAG:
     """[wait_for_commits >>] regenerate >> check: the sensor and the operator with the storage connection, the
     operator on the cluster, the check reads Iceberg (pyiceberg, REST) and Delta (deltalake) and compares rows."""
     with DAG(dag_id, schedule=None, start_date=START, catchup=False, default_args={"retries": 0}) as dag:
@@ -154,7 +158,7 @@ def regeneration_dag(lake: Lake, dag_id: str, table_uri: str, identifier: str, *
         regenerate = DeltaIcebergRegenerateOperator(
             task_id="regenerate", table_uri=table_uri, version_range=wait.output if wait else None,
             identifier=identifier, catalog_conn_id=CATALOG_CONN, catalog_name=CATALOG_NAME,
-            deltaberg_conn_id=STORAGE_CONN, conn_id=SPARK_CONN, conf=lake.spark_conf(), full=full,
+            deltaberg_conn_id=STORAGE_CONN, conn_id=SPARK_CONN, conf=lake.spark_conf(executors), full=full,
             format_version=format_version)
 
         @task
@@ -279,14 +283,14 @@ def test_deletion_vector_table_as_iceberg_v3(run_dag, dag_id: str, lake: Lake, c
 # -- failures: a worker lost in the middle of the job, the driver lost before publishing -------------------------
 
 
-def when(condition: Callable[[], Any], action: Callable[[Any], None], timeout: float = 120.0
-         ) -> tuple[threading.Thread, dict[str, Any]]:
-    """A thread that runs ``action(found)`` once ``condition()`` returns something (polled every 50 ms)."""
-    seen: dict[str, Any] = {"found": None, "at": None}
+def when(condition: Callable[[], Any], action: Callable[[Any], None]) -> tuple[threading.Thread, dict[str, Any]]:
+    """A thread that runs ``action(found)`` once ``condition()`` returns something (polled every 50 ms), until the
+    test sets ``seen["ended"]`` once its run is over: on a loaded machine a job's first task can start minutes
+    after the submission (a fixed 120 s wait missed it at load average 23)."""
+    seen: dict[str, Any] = {"found": None, "at": None, "ended": threading.Event()}
 
     def run() -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while not seen["ended"].is_set():
             found = condition()
             if found is not None:
                 seen["found"], seen["at"] = found, time.monotonic()
@@ -297,38 +301,6 @@ def when(condition: Callable[[], Any], action: Callable[[Any], None], timeout: f
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, seen
-
-
-def test_a_worker_killed_in_the_middle_of_the_job(run_dag, dag_id: str, lake: Lake, tmp_path: Path) -> None:
-    """The worker whose executor started the manifests' task is killed (with its executor and Python workers)
-    while the task runs: Spark runs it again on the other worker, and the manifests are those of an in-process
-    conversion of the same table, entry by entry."""
-    local = tmp_path / "events"
-    for part in range(6):
-        write_deltalake(str(local), sales(part * 10, 10), partition_by=["region"], mode="append")
-    uri = lake.s3.upload(local, f"{dag_id}/events")
-    in_process = convert(str(local))
-    dag = regeneration_dag(lake, dag_id, uri, "shop.events", sensor=False)
-    before = lake.cluster.app_dirs()
-    watcher, seen = when(lambda: lake.cluster.worker_running_a_task(ignore=before),
-                         lambda index: lake.cluster.workers[index].kill())
-
-    result = run_dag(dag)
-    watcher.join(timeout=10)
-
-    assert seen["found"] is not None, "no executor started a task"
-    assert result.state == "success", {t: result.ti(t).state for t in dag.task_ids}
-    assert result.xcom("check") == {"delta_version": 5, "rows": 60, "equal": True}
-    (app,) = spark_apps(lake.events)
-    failed = [(index, executor) for index, _, executor, reason in app["tasks"] if reason == "ExecutorLostFailure"]
-    succeeded = {index: executor for index, _, executor, reason in app["tasks"] if reason == "Success"}
-    assert failed, app["tasks"]
-    for index, executor in failed:  # each lost task ran again, on the executor of the other worker
-        assert succeeded[index] != executor
-    assert {executor for _, executor in failed} <= set(app["removed"])
-    assert_same_manifests(written_manifests(in_process.metadata_location, local),
-                          written_manifests(result.xcom("regenerate")["metadata_location"], uri,
-                                            lake.s3.filesystem()))
 
 
 def kill_spark_submit(_: Any) -> None:
@@ -351,6 +323,30 @@ REGENERATE_APPLICATION = "airflow_deltaberg/spark/regenerate.py"
 GROUP_FILES = ".spill.arrow"
 
 
+def spilled_groups(lake: Lake, uri: str) -> Callable[[], str | None]:
+    """A condition for when(): the name of the first group spill file stored under the table's metadata, from the
+    S3 server's request log (a local file read from where the last poll stopped, where listing the bucket every
+    50 ms would be an S3 request each; the server logs a request once it has answered it)."""
+    prefix = f"PUT /{lake.s3.bucket}/{uri.split('/', 3)[3]}/_iceberg/metadata/"
+    read = {"offset": 0, "rest": b""}
+
+    def spilled() -> str | None:
+        with lake.s3.log.open("rb") as log:
+            log.seek(read["offset"])
+            chunk = log.read()
+        read["offset"] += len(chunk)
+        *lines, read["rest"] = (read["rest"] + chunk).split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace")
+            if prefix in text:
+                name = text.split(prefix, 1)[1].split(" ", 1)[0]
+                if name.endswith(GROUP_FILES):
+                    return name
+        return None
+
+    return spilled
+
+
 def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -> None:
     """A full regeneration whose driver dies once it spilled the groups for the executors: no new metadata
     version, the version hint and the catalog where they were, the rows those of the earlier version; the next
@@ -364,11 +360,10 @@ def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -
     metadata, hint = lake.metadata_files(uri), lake.hint(uri)
     pointer = lake.catalog_location("shop.orders")
     full = regeneration_dag(lake, dag_id, uri, "shop.orders", sensor=False, full=True)
-    watcher, seen = when(
-        lambda: next((n for n in lake.metadata_files(uri) if n.endswith(GROUP_FILES)), None),
-        kill_spark_submit)
+    watcher, seen = when(spilled_groups(lake, uri), kill_spark_submit)
 
     killed = run_dag(full)
+    seen["ended"].set()
     watcher.join(timeout=10)
 
     assert seen["found"] is not None, "the driver spilled no groups"
@@ -391,3 +386,37 @@ def test_the_driver_killed_before_publishing(run_dag, dag_id: str, lake: Lake) -
     table = load_catalog(CATALOG_NAME, **lake.catalog).load_table("shop.orders")
     assert table.metadata_location != pointer
     assert table.metadata.current_snapshot_id == regenerated["snapshot_id"]
+
+
+# Last in the module: the worker it kills is started again only for a test after it (the lake fixture).
+def test_a_worker_killed_in_the_middle_of_the_job(run_dag, dag_id: str, lake: Lake, tmp_path: Path) -> None:
+    """The worker whose executor started the manifests' task is killed (with its executor and Python workers)
+    while the task runs: Spark runs it again on the other worker, and the manifests are those of an in-process
+    conversion of the same table, entry by entry."""
+    local = tmp_path / "events"
+    for part in range(6):
+        write_deltalake(str(local), sales(part * 10, 10), partition_by=["region"], mode="append")
+    uri = lake.s3.upload(local, f"{dag_id}/events")
+    in_process = convert(str(local))
+    dag = regeneration_dag(lake, dag_id, uri, "shop.events", sensor=False, executors=2)
+    before = lake.cluster.app_dirs()
+    watcher, seen = when(lambda: lake.cluster.worker_running_a_task(ignore=before),
+                         lambda index: lake.cluster.workers[index].kill())
+
+    result = run_dag(dag)
+    seen["ended"].set()
+    watcher.join(timeout=10)
+
+    assert seen["found"] is not None, "no executor started a task"
+    assert result.state == "success", {t: result.ti(t).state for t in dag.task_ids}
+    assert result.xcom("check") == {"delta_version": 5, "rows": 60, "equal": True}
+    (app,) = spark_apps(lake.events)
+    failed = [(index, executor) for index, _, executor, reason in app["tasks"] if reason == "ExecutorLostFailure"]
+    succeeded = {index: executor for index, _, executor, reason in app["tasks"] if reason == "Success"}
+    assert failed, app["tasks"]
+    for index, executor in failed:  # each lost task ran again, on the executor of the other worker
+        assert succeeded[index] != executor
+    assert {executor for _, executor in failed} <= set(app["removed"])
+    assert_same_manifests(written_manifests(in_process.metadata_location, local),
+                          written_manifests(result.xcom("regenerate")["metadata_location"], uri,
+                                            lake.s3.filesystem()))
