@@ -14,6 +14,9 @@ jars=$!
 # Headless Chromium for the browser test (skipped when installed), in the background too; the test waits for it.
 scripts/install_chromium.sh > .cache/install_chromium.log 2>&1 &
 scripts/setup.sh
+# This project's own modules compiled once (setup.sh compiles .venv's): where PYTHONDONTWRITEBYTECODE is set, every
+# process the tests start (spark-submit drivers, Airflow processes, CLI runs) would compile them again (~0.3 s each).
+.venv/bin/python -m compileall -q airflow_deltaberg dags_examples tests/support > /dev/null
 floor=${DELTABERG_FLOOR_TESTS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 if [ "$floor" = 1 ]; then
   # Its own basetemp: pytest's numbered folders under the default one are shared with the main run.
