@@ -28,9 +28,9 @@ REQUIRED_JARS = ("delta-spark_*.jar", "delta-storage-*.jar")
 KERNEL_JARS = ("delta-kernel-api-*.jar", "delta-kernel-defaults-*.jar", "jackson-datatype-jdk8-*.jar")
 #: Iceberg's Spark runtime (the Java reference implementation): only the `iceberg_spark` fixture needs it.
 ICEBERG_JARS = ("iceberg-spark-runtime-*.jar",)
-#: The driver JVM's options in tests: short-lived JVMs doing many small queries on a 2-core machine, where C1-only
-#: JIT and the serial GC cut the run time by a third to a half (C2 compilations and parallel GC threads compete with
-#: the queries).
+#: The driver JVM's options in tests: JVMs doing many small queries on a 2-core machine, where C1-only JIT and the
+#: serial GC cut the run time by a third to a half (C2 compilations and parallel GC threads compete with the queries).
+#: The long-lived session too: test_compat_v3_parity with its start 68 CPU s, 112 with the full tiered JIT.
 BASE_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: Spark SQL without generated code, for every Spark JVM of the tests (the session, each submitted job, the
 #: cluster's applications): for tables of tens of rows Janino's compiling costs more than it saves (the session:
