@@ -70,8 +70,9 @@ class TableLife:
         self.recreate_until = recreate_until
         # Only appends from this many commits on: a quiet stretch, where nothing rewrites the manifests.
         self.appends_from = appends_from
-        # Told each version of a step that writes several (a recreated table's appends, VACUUM, log cleanup) while
-        # the latest version has its rows: a later log cleanup may take the version away from readers.
+        # Told each version of a step that writes several and may take one away from readers before the step ends
+        # (VACUUM's automatic checkpoint, log cleanup) while the latest version has its rows. A recreated table's
+        # appends are not told: every version of theirs stays loadable until a later step's log cleanup.
         self.on_commit = on_commit or (lambda version: None)
         self.rng = random.Random(seed)
         self.steps = 0
@@ -251,11 +252,9 @@ class TableLife:
             else:
                 entry.unlink()
         created = self.create()
-        self.on_commit(0)
         target = old + self.rng.choice((0, 0, 1, 3))
-        while (version := self.table().version()) < target:
+        while self.table().version() < target:
             self.append()
-            self.on_commit(version + 1)
         return f"delete the table and {created}, appends up to version {target}"
 
 
