@@ -8,10 +8,11 @@ counts, partition summaries) and their entries (data file path relative to the t
 count, value/null counts, bounds; delete files with the data file they reference). A table the in-process
 conversion refuses must be refused by the Spark engine with the same error class.
 
-The spark-submit application (local[2], its own JVM) is compared the same way on a fixture with deletion vectors
-and on a synthetic 100k-file partitioned table whose checkpoint carries the stats only as a ``stats_parsed`` struct
-with the ``nullCounts`` alias (the default 25k files per manifest: four groups). Iceberg Java reads the
-Spark-written tables with Delta on Spark's rows.
+The spark-submit application (local[2], its own JVM, one for the module) is compared the same way on a fixture
+with deletion vectors and on a synthetic 2k-file partitioned table whose checkpoint carries the stats only as a
+``stats_parsed`` struct with the ``nullCounts`` alias: 500 files per manifest and 1k checkpoint rows per stats
+batch (both engines), so four groups fed by two stats batches, the path 100k files take at the defaults. Iceberg
+Java reads the Spark-written tables with Delta on Spark's rows.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support.manifests import assert_same_manifests, spark_submit, written_manifests
+from support.environment import REPO_ROOT, copy_fixture_table
+from support.manifests import assert_same_manifests, written_manifests
+from support.spark_session import run_spark_submit
 
 from airflow_deltaberg.core.errors import DeltabergError
 from airflow_deltaberg.core.iceberg.convert import convert
@@ -35,8 +38,9 @@ from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 
 pytestmark = pytest.mark.spark
 
-#: A fixture table of 300k files (the synthetic table below covers the scale in less time).
+#: A fixture table of 300k files (benchmarks/ cover the scale).
 BIG_FIXTURE = "300k-add-files-100-col-partitioned"
+REGENERATE_MANY = str(REPO_ROOT / "tests" / "support" / "regenerate_many.py")
 
 
 def delta_on_spark_rows(spark: Any, path: Path) -> list[str]:
@@ -99,7 +103,7 @@ def test_iceberg_java_reads_the_spark_written_table(iceberg_spark: Any, copy_fix
 # -- the spark-submit application -----------------------------------------------------------------------------------
 
 
-def synthetic_table(root: Path, files: int = 100_000, buckets: int = 12) -> Path:
+def synthetic_table(root: Path, files: int, buckets: int = 12) -> Path:
     """A Delta table of ``files`` adds (no data files: each add's stats give its numRecords) partitioned by an int
     ``bucket`` (10 sorts before 2 as a string), listed by a checkpoint whose adds carry their stats only as a
     ``stats_parsed`` struct naming the null counts ``nullCounts``."""
@@ -160,32 +164,72 @@ def synthetic_table(root: Path, files: int = 100_000, buckets: int = 12) -> Path
     return root
 
 
-@pytest.mark.parametrize("name", ["table-with-dv-small", "synthetic-100k-nullCounts"])
-def test_spark_submit_writes_the_in_process_manifests(copy_fixture: Callable[[str], Path], tmp_path: Path,
-                                                      name: str) -> None:
-    if name.startswith("synthetic"):
-        local = synthetic_table(tmp_path / "local" / name)
-    else:
-        local = copy_fixture(name)
-    with_spark = tmp_path / "with-spark" / name
-    shutil.copytree(local, with_spark)
+#: The synthetic table's files, files per manifest and checkpoint rows per stats batch, in both engines: four
+#: groups fed by two stats batches, as 100k files take at the defaults (25k per manifest, 64k per batch); the 100k
+#: scale itself is benchmarks/bench_spark_regenerate.py's.
+SYNTHETIC_FILES, MANIFEST_ROWS, STATS_BATCH_ROWS = 2_000, 500, 1_024
+SUBMITTED = ("table-with-dv-small", "synthetic-2k-nullCounts")
 
-    in_process = convert(str(local))
-    result_file = tmp_path / "result.json"
-    completed = spark_submit("--table", str(with_spark), "--result-file", str(result_file))
+
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> dict[str, tuple[Path, Path, Any]]:
+    """Both tables converted in process and, in copies, by one spark-submit of the regenerate application (one JVM
+    for both; tests/support/regenerate_many.py) at the sizes above: name -> (in-process copy, Spark copy, the
+    in-process ConversionResult); the Spark runs' result files are ``<Spark copy>.json``."""
+    from airflow_deltaberg.core.delta.log import checkpoint_actions
+    from airflow_deltaberg.core.delta.log.retention import DAY_MS
+    from airflow_deltaberg.core.iceberg import history
+
+    root = tmp_path_factory.mktemp("submitted")
+    tables: dict[str, tuple[Path, Path, Any]] = {}
+    arguments = [str(MANIFEST_ROWS), str(STATS_BATCH_ROWS)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(history, "DEFAULT_LOG_RETENTION_MS", 100 * 365 * DAY_MS)
+        patch.setattr(file_manifests, "MANIFEST_ROWS", MANIFEST_ROWS)
+        patch.setattr(checkpoint_actions, "_STRUCT_STATS_BATCH_ROWS", STATS_BATCH_ROWS)
+        for name in SUBMITTED:
+            local = root / "local" / name
+            if name.startswith("synthetic"):
+                synthetic_table(local, files=SYNTHETIC_FILES)
+            else:
+                copy_fixture_table(name, local, fixtures_dir)
+            with_spark = root / "with-spark" / name
+            shutil.copytree(local, with_spark)
+            tables[name] = (local, with_spark, convert(str(local)))
+            arguments += ["--", "--table", str(with_spark), "--result-file", f"{with_spark}.json"]
+    completed = run_spark_submit(REGENERATE_MANY, *arguments)
     assert completed.returncode == 0, completed.stderr[-4000:]
-    document = json.loads(result_file.read_text())["result"]
+    return tables
+
+
+@pytest.mark.parametrize("name", SUBMITTED)
+def test_spark_submit_writes_the_in_process_manifests(submitted: dict[str, tuple[Path, Path, Any]],
+                                                      name: str) -> None:
+    local, with_spark, in_process = submitted[name]
+    document = json.loads(Path(f"{with_spark}.json").read_text())["result"]
 
     assert (document["mode"], document["files_added"]) == ("full", in_process.files_added)
     expected = written_manifests(in_process.metadata_location, local)
     assert_same_manifests(expected, written_manifests(document["metadata_location"], with_spark))
     if name.startswith("synthetic"):
-        assert [len(m["entries"]) for m in expected] == [25_000] * 4
+        assert [len(m["entries"]) for m in expected] == [MANIFEST_ROWS] * 4
         null_counts = expected[0]["entries"][0]["data_file"]["null_value_counts"]
         assert null_counts and all(c["value"] is not None for c in null_counts)
     # Nothing of the attempt is left next to the metadata but what the metadata names.
     spilled = [p.name for p in (with_spark / "_iceberg" / "metadata").iterdir() if p.name.endswith(".spill.arrow")]
     assert spilled == []
+
+
+def test_the_synthetic_checkpoint_is_read_in_several_stats_batches(submitted: dict[str, tuple[Path, Path, Any]],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """What makes the small synthetic table take a big one's path: its stats come in more than one batch."""
+    from airflow_deltaberg.core.delta import DeltaTable
+    from airflow_deltaberg.core.delta.log import checkpoint_actions
+
+    monkeypatch.setattr(checkpoint_actions, "_STRUCT_STATS_BATCH_ROWS", STATS_BATCH_ROWS)
+    local, _, _ = submitted["synthetic-2k-nullCounts"]
+    chunks = [len(chunk) for chunk in DeltaTable(str(local)).snapshot().iter_files()]
+    assert len(chunks) > 1 and sum(chunks) == SYNTHETIC_FILES
 
 
 # -- a failed Spark job ---------------------------------------------------------------------------------------------
