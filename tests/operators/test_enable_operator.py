@@ -137,7 +137,9 @@ def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], 
                                                    deltalake_table: Callable[..., Path],
                                                    monkeypatch: pytest.MonkeyPatch, secret_storage_connection: str,
                                                    spark_submit_commands: list[dict[str, Any]]) -> None:
-    """The rewrite runs through spark-submit; the storage options reach it in a file only this user reads."""
+    """The rewrite runs through spark-submit; the storage options reach it in a file only this user reads. The
+    run's only real submission of the application file (enable_rewrite.py) in the tests of the rewrite: its result
+    document arrives whole (read and committed versions, rows written)."""
     # The hook runs `spark-submit` from PATH: the one of this environment's pyspark.
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     path = deltalake_table("t", partition_by=["part"], data=pa.table({
@@ -154,6 +156,9 @@ def test_rewrite_is_submitted_through_spark_submit(run_dag: Callable[..., Any], 
     assert result.state == "success", result.ti("enable").state
     returned = result.xcom("enable")
     assert returned["action"] == "rewrite" and returned["committed_version"] == 1
+    details = returned["details"]  # the application's result document
+    assert (details["table"], details["read_version"], details["version"]) == (str(path), 0, 1)
+    assert details["rows_written"] == len(before) and details["files_added"] > 0
     assert validate(str(path), data_checks=True).compliant
     after = rows_of(path)
     assert after == before  # the int8 values come back as the same integers

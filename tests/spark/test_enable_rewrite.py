@@ -5,8 +5,9 @@ After the rewrite and its commit, our validator passes at writer-compat-v1 with 
 Delta on Spark read the rows they read before. Delta on Spark 4.4.0 refuses to write to an
 IcebergWriterCompatV1 table (it has no such writer feature; see test_delta_parity.py): the append after the
 enable goes through Delta Kernel 4.4.0 on the same JVM instead, and Spark reads it. A concurrent commit between
-the read and the commit, and a failure just before the commit, leave the table as they found it. One real
-spark-submit run proves the command-line entry.
+the read and the commit, and a failure just before the commit, leave the table as they found it. The application
+file through a real spark-submit (its command line, result document and commit) is proved by the submission of
+tests/operators/test_enable_operator.py, which runs it anyway.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import QueryBuilder, write_deltalake
-from support.environment import REPO_ROOT
-from support.spark_session import delta_spark_jars, run_spark_submit
 
 from airflow_deltaberg.core.compat.validate import validate
 from airflow_deltaberg.core.delta import DeltaTable
@@ -32,9 +31,6 @@ from airflow_deltaberg.core.errors import CommitConflictError
 from airflow_deltaberg.spark.enable_rewrite import run_rewrite
 
 pytestmark = pytest.mark.spark
-
-#: The application file of the IcebergWriterCompatV1 data rewrite, as spark-submit takes it.
-ENABLE_REWRITE_APP = str(REPO_ROOT / "airflow_deltaberg" / "spark" / "enable_rewrite.py")
 
 FIELD_ID = b"PARQUET:field_id"
 UTC = dt.UTC
@@ -292,22 +288,3 @@ def test_failure_before_the_commit_leaves_the_table_unchanged(spark: Any, tmp_pa
     assert deltalake_rows(path) == rows
     assert data_files(path) == files
 
-
-def test_spark_submit_runs_the_application(spark: Any, tmp_path: Path) -> None:
-    """The application file through the pyspark install's spark-submit (its own JVM), with the jars of .jars."""
-    path = tmp_path / "submitted"
-    byte_short_table(path)
-    before = deltalake_rows(path)
-    result_file = tmp_path / "result.json"
-    jars = delta_spark_jars()
-    completed = run_spark_submit(
-        ENABLE_REWRITE_APP, "--table", str(path), "--read-version", "0", "--result-file", str(result_file),
-        master="local[1]", jars=jars, timeout=300,
-        conf={"spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1",
-              "spark.log.level": "WARN", "spark.sql.session.timeZone": "UTC"},
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    document = json.loads(result_file.read_text())
-    assert document["result"]["version"] == 1 and document["result"]["rows_written"] == len(before)
-    assert_writer_compat(path)
-    assert deltalake_rows(path) == before
