@@ -20,6 +20,7 @@ import pytest
 from deltalake import write_deltalake
 from support.environment import REPO_ROOT
 
+from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.openlineage.naming import catalog_namespace, dataset_name, iceberg_dataset_name
 
 SCRIPT = Path(__file__).with_name("lineage_run.py")
@@ -85,14 +86,20 @@ def test_every_operator_reports_its_datasets_and_facets(airflow_db: Path, dag_id
                     partition_by=["region"])
     spark_table = tmp_path / "spark_events"
     write_deltalake(str(spark_table), pa.table({"id": [1, 2], "name": ["a", "b"]}))
+    catalog_db = tmp_path / "catalog.db"
+    catalog = {"type": "sql", "uri": f"sqlite:///{catalog_db}"}
+    # Converted here at version 0 and appended to: the regeneration is incremental, so its application stays in
+    # the driver (no Spark session, no Spark job): its lineage and its spark-submit's conf are under test, not the
+    # executors' manifests (test_regenerate.py, test_regenerate_operator.py).
+    convert(str(spark_table), catalog_config=catalog, identifier="db.spark")
+    write_deltalake(str(spark_table), pa.table({"id": [3], "name": ["c"]}), mode="append")
     rewrite = tmp_path / "rewrite"  # an int8 column: enabling IcebergWriterCompatV1 rewrites the data with Spark
     write_deltalake(str(rewrite), pa.table({"id": pa.array([1, 2], pa.int64()), "small": pa.array([1, -1], pa.int8())}))
-    catalog_db = tmp_path / "catalog.db"
     settings = {
         "dag_id": dag_id, "plain": str(plain), "rewrite": str(rewrite),
         "spark": str(spark_table), "missing": str(tmp_path / "missing"), "commands": str(tmp_path / "commands.json"),
         "result": str(tmp_path / "result.json"),
-        "catalog": {"type": "sql", "uri": f"sqlite:///{catalog_db}"},
+        "catalog": catalog,
     }
     env = {
         **os.environ,
@@ -155,6 +162,7 @@ def test_every_operator_reports_its_datasets_and_facets(airflow_db: Path, dag_id
 
     # regenerate: the same datasets as convert, and OpenLineage's settings in the Spark conf of its spark-submit
     regenerated = run["xcom"]["regenerate"]
+    assert (regenerated["mode"], regenerated["delta_version"]) == ("incremental", 1)
     event = events[("regenerate", "COMPLETE")]
     assert only(event["inputs"])["name"] == str(spark_table)
     output = only(event["outputs"])
