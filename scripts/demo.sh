@@ -8,5 +8,6 @@ if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1; then
   echo "the demo runs Spark, which needs Java 17: put java on the PATH or set JAVA_HOME" >&2
   exit 1
 fi
+unset PYTHONDONTWRITEBYTECODE  # Python caches what it compiles (setup.sh installs .venv without bytecode)
 scripts/setup.sh
 .venv/bin/python scripts/demo.py

@@ -7,6 +7,9 @@
 # arguments too, =0 never.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python caches the bytecode it compiles (.venv is installed without it, see setup.sh): the suite's first process to
+# import a module compiles it, the hundreds started after it read it, also where the caller sets this.
+unset PYTHONDONTWRITEBYTECODE
 mkdir -p .cache
 # The Spark jars tests/spark needs (cached in .jars/; Maven starts a JVM per artifact), fetched while .venv is set up.
 scripts/fetch_jars.sh > .cache/fetch_jars.log 2>&1 &
@@ -14,14 +17,10 @@ jars=$!
 # Headless Chromium for the browser test (skipped when installed), in the background too; the test waits for it.
 scripts/install_chromium.sh > .cache/install_chromium.log 2>&1 &
 scripts/setup.sh
-# This project's own modules compiled once (setup.sh compiles .venv's): where PYTHONDONTWRITEBYTECODE is set, every
-# process the tests start (spark-submit drivers, Airflow processes, CLI runs) would compile them again (~0.3 s each).
-.venv/bin/python -m compileall -q airflow_deltaberg dags_examples tests/support > /dev/null
 floor=${DELTABERG_FLOOR_TESTS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 if [ "$floor" = 1 ]; then
   # Its own basetemp: pytest's numbered folders under the default one are shared with the main run.
-  # PYTHONDONTWRITEBYTECODE unset: the first process compiles what it imports and the later ones read it.
-  (nice -n 10 scripts/setup_floor.sh && DELTABERG_FLOOR_VENV=1 exec env -u PYTHONDONTWRITEBYTECODE nice -n 10 \
+  (nice -n 10 scripts/setup_floor.sh && DELTABERG_FLOOR_VENV=1 exec nice -n 10 \
      .venv-floor/bin/python -m pytest \
      -p no:cacheprovider --basetemp=.cache/pytest-floor tests/install) > .cache/floor.log 2>&1 &
   floor_job=$!
