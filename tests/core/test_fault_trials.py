@@ -15,6 +15,7 @@ Delta's rows come from the local copy the table is written in (deltalake), uploa
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ STALL_S = 60.0
 RUN_LIMIT_S = 45.0
 #: The bound where one fault is injected on purpose: a loaded machine must not time out the other calls.
 CALM_BOUND_S = 30.0
+FIRST_COMMIT = "_delta_log/00000000000000000000.json"
 #: How often each of FAULTS is drawn: a stall ends a trial at the bound, so it is drawn less often than the others.
 WEIGHTS = [0.25 if fault == "stall" else 1.0 for fault in FAULTS]
 
@@ -64,10 +66,11 @@ class Lake:
     def __init__(self, s3: S3Endpoint, local: Path, key: str) -> None:
         self.s3, self.local, self.key = s3, local, key
         self.uri = s3.uri(key)
-        self.fs = s3.filesystem()
+        self.fs = _filesystem(s3)
         self.uploaded: set[Path] = set()
         self.next_id = 0
         self._read: dict[str, tuple[int, list[tuple[Any, ...]]]] = {}
+        self._delta: dict[int, list[tuple[Any, ...]]] = {}
 
     def append(self, rows: int = 3) -> None:
         ids = pa.array(range(self.next_id, self.next_id + rows), pa.int64())
@@ -100,11 +103,32 @@ class Lake:
             self._read[hint] = int(table.metadata.properties[DELTA_VERSION]), rows_of(table.scan().to_arrow())
         return self._read[hint]
 
+    def delta_rows(self, version: int | None = None) -> list[tuple[Any, ...]]:
+        """deltalake's rows of the local table at ``version`` (the latest when None); a committed version's rows
+        never change, so each is read once."""
+        version = rng_free_version(self) if version is None else version
+        if version not in self._delta:
+            self._delta[version] = delta_rows(self.local, version)
+        return self._delta[version]
+
     def assert_published_reads_as_delta(self, what: str) -> None:
         published = self.published()
         if published is not None:
             version, rows = published
-            assert rows == delta_rows(self.local, version), f"{what}: Iceberg at Delta version {version} differs"
+            assert rows == self.delta_rows(version), f"{what}: Iceberg at Delta version {version} differs"
+
+
+_FILESYSTEMS: dict[str, Any] = {}
+
+
+def _filesystem(s3: S3Endpoint) -> Any:
+    """One s3fs client of the server for the module's tables (the trials' ten chains share it; s3fs' sync calls are
+    thread-safe): a client costs 0.1-0.2 CPU s to make (botocore loads the S3 service model for each)."""
+    if s3.endpoint not in _FILESYSTEMS:
+        fs = s3.filesystem()
+        fs.connect()  # made here, in the thread that makes the tables: the chains' first calls do not race to make it
+        _FILESYSTEMS[s3.endpoint] = fs
+    return _FILESYSTEMS[s3.endpoint]
 
 
 @pytest.fixture
@@ -136,8 +160,7 @@ def run_chain(lake: Lake, s3: S3Endpoint, trials: range) -> tuple[dict[str, int]
     with fault_proxy(s3.endpoint, stall_s=STALL_S) as proxy:
         # The S3 client of this endpoint made before the trials (with a calm bound; fsspec keeps it): made by ten
         # chains at once on a loaded machine, it alone took more than BOUND_S.
-        first_commit = "_delta_log/00000000000000000000.json"
-        assert open_storage(lake.uri, lake.options(proxy.endpoint, CALM_BOUND_S)).exists(first_commit)
+        assert open_storage(lake.uri, lake.options(proxy.endpoint, CALM_BOUND_S)).exists(FIRST_COMMIT)
         for trial in trials:
             rng = random.Random(trial)
             lake.append(rng.randint(1, 4))
@@ -156,12 +179,12 @@ def run_chain(lake: Lake, s3: S3Endpoint, trials: range) -> tuple[dict[str, int]
             what = f"trial {trial} ({outcome}, faults {proxy.faults()[faults_before:]})"
             assert elapsed < RUN_LIMIT_S, f"{what} ran {elapsed:.1f} s"
             if outcome == "converted":
-                assert lake.published() == (rng_free_version(lake), delta_rows(lake.local)), what
+                assert lake.published() == (rng_free_version(lake), lake.delta_rows()), what
             lake.assert_published_reads_as_delta(what)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         # The faults stopped: a clean conversion converges and reads as Delta does.
         convert(lake.uri, storage_options=lake.options())
-        assert lake.published() == (rng_free_version(lake), delta_rows(lake.local)), f"trials {trials}: clean run"
+        assert lake.published() == (rng_free_version(lake), lake.delta_rows()), f"trials {trials}: clean run"
         return outcomes, set(proxy.faults())
 
 
@@ -194,16 +217,24 @@ def test_a_lost_response_to_a_write_is_success(lake: Lake, s3: S3Endpoint, writt
 def test_a_stalled_store_ends_typed_within_the_bound(lake: Lake, s3: S3Endpoint, stalled: str) -> None:
     """``expect-100``: the PUT of the metadata file waits for a ``100 Continue`` that never comes (the proxy
     answers nothing); ``everything``: no request is answered."""
-    bound_s = 5.0  # the calls before the stall must not time out on a loaded machine
+    # ``everything``: the conversion's first call meets the stall, so a short bound proves the point sooner;
+    # ``expect-100``: the calls before the stall must not time out on a loaded machine.
+    bound_s = 1.0 if stalled == "everything" else 5.0
     lake.append()
+    stalling = threading.Event()
 
     def decide(request: Request) -> str | None:
         if stalled == "everything":
-            return "stall"
+            return "stall" if stalling.is_set() else None
         expecting = (request.header("expect") or "").lower() == "100-continue"
         return "stall" if expecting and request.target.endswith(".metadata.json") else None
 
     with fault_proxy(s3.endpoint, decide, stall_s=STALL_S) as proxy:
+        # The S3 client of the proxy's endpoint made before the stall, with a calm bound (fsspec keeps it for the
+        # conversion, whose options differ only in the bound): made within 1 s on a loaded machine, it alone could
+        # take longer, and the conversion would end typed before any request met the stall.
+        assert open_storage(lake.uri, lake.options(proxy.endpoint, CALM_BOUND_S)).exists(FIRST_COMMIT)
+        stalling.set()
         started = time.monotonic()
         with pytest.raises(StorageTimeoutError) as info:
             convert(lake.uri, storage_options=lake.options(proxy.endpoint, bound_s))
