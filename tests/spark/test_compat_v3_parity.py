@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,13 +160,21 @@ def _apply(path: Path, spec: Refusal) -> None:
     commit_state(path, **commit)
 
 
+@pytest.fixture(scope="module")
+def spark_v3_table(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The valid V3 table Delta on Spark makes (SPARK_CREATE, two rows), written once; each test changes a copy."""
+    path = tmp_path_factory.mktemp("spark-v3") / "valid"
+    run_sql(spark, path, SPARK_CREATE.format("", V3=V3), "INSERT INTO @ VALUES (1, 1), (2, NULL)")
+    return path
+
+
 @pytest.mark.parametrize("case", sorted(SPARK_REFUSALS))
-def test_delta_refuses_v3_and_we_fail_the_same_state(spark: Any, tmp_path: Path, case: str) -> None:
+def test_delta_refuses_v3_and_we_fail_the_same_state(spark: Any, spark_v3_table: Path, tmp_path: Path,
+                                                     case: str) -> None:
     extra, spec = SPARK_REFUSALS[case]
     statement = SPARK_REFUSED_SQL.get(case) or SPARK_CREATE.format(extra, V3=V3)
     refused(lambda: run_sql(spark, tmp_path / "refused", statement), spec.error)
-    path = tmp_path / "offending"
-    run_sql(spark, path, SPARK_CREATE.format("", V3=V3), "INSERT INTO @ VALUES (1, 1), (2, NULL)")
+    path = Path(shutil.copytree(spark_v3_table, tmp_path / "offending"))
     assert failed_rules(path, spec.level) == set()
     _apply(path, spec)
     assert failed_rules(path, spec.level) == spec.rules
