@@ -21,6 +21,7 @@ from test_iceberg_read_parity import (
     _normal,
     _sorted_rows,
     assert_same_rows,
+    collect_each,
     delta_df,
     iceberg_df,
     run_sql,
@@ -52,22 +53,19 @@ def _deltalake_values(path: Path, version: int, column: str) -> list[Any]:
     return sorted(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")).column(column).to_pylist())
 
 
-def _spark_rows(delta: Any) -> list[Any]:
-    return _sorted_rows(_normal(row) for row in delta.collect())
-
-
 #: Delta on Spark's reads of a table version: (path, version) -> (DataFrame, its rows). Every table here is
 #: written before it is read, and the DML table is read by both format versions' tests: each version is loaded
 #: and collected once.
 _DELTA_READS: dict[tuple[str, int], tuple[Any, list[Any]]] = {}
 
 
-def _delta_read(spark: Any, path: Path, version: int) -> tuple[Any, list[Any]]:
-    key = (str(path), version)
-    if key not in _DELTA_READS:
-        delta = delta_df(spark, path, version)
-        _DELTA_READS[key] = (delta, _spark_rows(delta))
-    return _DELTA_READS[key]
+def _delta_reads(spark: Any, path: Path, versions: list[int]) -> list[tuple[Any, list[Any]]]:
+    """Delta on Spark's reads of ``versions`` of the table, those not read before collected together."""
+    missing = sorted({v for v in versions if (str(path), v) not in _DELTA_READS})
+    frames = [delta_df(spark, path, v) for v in missing]
+    for version, delta, rows in zip(missing, frames, collect_each(frames), strict=True):
+        _DELTA_READS[(str(path), version)] = (delta, rows)
+    return [_DELTA_READS[(str(path), v)] for v in versions]
 
 
 def assert_delete_format(spark: Any, metadata_location: str, format_version: int) -> None:
@@ -86,19 +84,19 @@ def assert_every_snapshot_matches(spark: Any, path: Path, metadata_location: str
     """Each Iceberg snapshot against Delta on Spark at its Delta version (against deltalake for the versions in
     ``spark_misreads``, checked to be misread); returns the most delete files a snapshot had."""
     deletes = 0
-    for row in iceberg_df(spark, metadata_location, table="snapshots").collect():
-        version = int(row.summary["delta-version"])
-        delta, delta_rows = _delta_read(spark, path, version)
+    snapshots = iceberg_df(spark, metadata_location, table="snapshots").collect()
+    versions = [int(row.summary["delta-version"]) for row in snapshots]
+    icebergs = [iceberg_df(spark, metadata_location, row.snapshot_id) for row in snapshots]
+    for row, version, iceberg, ice_rows, (delta, delta_rows) in zip(
+            snapshots, versions, icebergs, collect_each(icebergs), _delta_reads(spark, path, versions), strict=True):
         deletes = max(deletes, int(row.summary.get("total-delete-files", "0")))
         if spark_misreads and version in spark_misreads:
             column = spark_misreads[version]
             expected = _deltalake_values(path, version, column)
-            assert sorted(r[column] for r in delta.collect()) != expected, f"Delta on Spark reads v{version} right now"
-            assert sorted(r[column] for r in iceberg_df(spark, metadata_location, row.snapshot_id).collect()) \
-                == expected
+            assert sorted(dict(r)[column] for r in delta_rows) != expected, f"Delta on Spark reads v{version} right now"
+            assert sorted(dict(r)[column] for r in ice_rows) == expected
             continue
-        assert_same_rows(iceberg_df(spark, metadata_location, row.snapshot_id), delta, f"{path.name} v{version}",
-                         delta_rows)
+        assert_same_rows(iceberg, delta, f"{path.name} v{version}", delta_rows, ice_rows)
         assert _pyiceberg_rows(metadata_location, row.snapshot_id, delta) == delta_rows, \
             f"pyiceberg {path.name} v{version}"
     return deletes
@@ -139,7 +137,7 @@ def test_fixture_tables_with_deletion_vectors(iceberg_spark: Any, name: str, for
     assert StaticTable.from_metadata(full.metadata_location).metadata.format_version == format_version
     # The latest version's rows as Delta on Spark read them above (not a version Spark misreads).
     assert full.delta_version == latest.delta_version and full.delta_version not in (misreads or {})
-    delta, delta_rows = _delta_read(iceberg_spark, delta_path, full.delta_version)
+    [(delta, delta_rows)] = _delta_reads(iceberg_spark, delta_path, [full.delta_version])
     assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), delta, "full", delta_rows)
 
 
@@ -194,7 +192,7 @@ def test_delta_on_spark_deletes_updates_and_merges(iceberg_spark: Any, format_ve
     # Delta on Spark reads the written table (the same log and data files as the copy): its reads are shared.
     assert assert_every_snapshot_matches(iceberg_spark, written, latest.metadata_location) > 0
     # The latest version's rows as Delta on Spark read them above.
-    final, final_rows = _delta_read(iceberg_spark, written, versions[-1])
+    [(final, final_rows)] = _delta_reads(iceberg_spark, written, [versions[-1]])
     assert len(final_rows) == len([i for i in range(60) if i % 7 and i % 5 and i % 3 != 2])
 
     full_copy = tmp_path / "dv_table_full"
@@ -204,13 +202,17 @@ def test_delta_on_spark_deletes_updates_and_merges(iceberg_spark: Any, format_ve
     assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), final, "full", final_rows)
 
 
-def _row_ids(spark: Any, metadata_location: str, snapshot_id: int) -> dict[tuple[str, int], int]:
-    """(data file, position) -> _row_id of every row Iceberg Java reads in the snapshot."""
-    rows = iceberg_df(spark, metadata_location, snapshot_id).select("_file", "_pos", "_row_id").collect()
-    ids = {(r["_file"], r["_pos"]): r["_row_id"] for r in rows}
-    assert None not in ids.values(), "a row without a row id"
-    assert len(set(ids.values())) == len(ids), "two rows with the same row id"
-    return ids
+def _row_ids(spark: Any, metadata_location: str, snapshot_ids: list[int]) -> list[dict[tuple[str, int], int]]:
+    """Per snapshot, (data file, position) -> _row_id of every row Iceberg Java reads in it (one Spark job)."""
+    frames = [iceberg_df(spark, metadata_location, s).select("_file", "_pos", "_row_id") for s in snapshot_ids]
+    out = []
+    for rows in collect_each(frames):
+        ids = {(r["_file"], r["_pos"]): r["_row_id"] for r in map(dict, rows)}
+        assert len(ids) == len(rows), "a row read twice"
+        assert None not in ids.values(), "a row without a row id"
+        assert len(set(ids.values())) == len(ids), "two rows with the same row id"
+        out.append(ids)
+    return out
 
 
 def test_v3_row_ids_are_unique_and_kept_by_later_snapshots(iceberg_spark: Any, tmp_path: Path) -> None:
@@ -236,9 +238,9 @@ def test_v3_row_ids_are_unique_and_kept_by_later_snapshots(iceberg_spark: Any, t
     assert metadata.format_version == 3
     snapshots = sorted(metadata.snapshots, key=lambda s: s.sequence_number)
     previous: dict[tuple[str, int], int] = {}
-    for snapshot in snapshots:
+    ids_per_snapshot = _row_ids(iceberg_spark, latest.metadata_location, [s.snapshot_id for s in snapshots])
+    for snapshot, ids in zip(snapshots, ids_per_snapshot, strict=True):
         assert snapshot.first_row_id is not None and snapshot.added_rows is not None
-        ids = _row_ids(iceberg_spark, latest.metadata_location, snapshot.snapshot_id)
         kept = {key: ids[key] for key in previous.keys() & ids.keys()}
         assert kept == {key: previous[key] for key in kept}, f"row ids changed at snapshot {snapshot.snapshot_id}"
         assert max(ids.values(), default=-1) < metadata.next_row_id

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,18 +121,36 @@ def _type_string(df: Any) -> str:
     return df.schema.simpleString().replace("tinyint", "int").replace("smallint", "int")
 
 
-def delta_rows_and_files(delta: Any) -> tuple[list[Any], set[str]]:
-    """Delta's rows (normalized, sorted) and its live files (local paths). The first action on a Delta version
-    reconstructs its state (~2 s); inputFiles() then reuses it."""
-    rows = _sorted_rows(_normal(row) for row in delta.collect())
-    return rows, {local_path(f) for f in delta.inputFiles()}
+def collect_rows_each(frames: Sequence[Any]) -> list[list[Any]]:
+    """Each DataFrame's collected rows, in one Spark job per distinct schema rather than one per DataFrame: frames
+    of the same schema are read as one UNION ALL of their own scans (each Iceberg snapshot, each Delta version
+    read as it is alone), every branch tagged with its index."""
+    from pyspark.sql import Row
+    from pyspark.sql import functions as F
+
+    groups: dict[str, list[int]] = {}
+    for i, df in enumerate(frames):
+        groups.setdefault(df.schema.json(), []).append(i)
+    out: list[list[Any]] = [[] for _ in frames]
+    for indexes in groups.values():
+        make_row = Row(*frames[indexes[0]].columns)
+        tagged = [frames[i].select("*", F.lit(i).alias("parity_index")) for i in indexes]
+        for row in functools.reduce(lambda a, b: a.unionAll(b), tagged).collect():
+            out[row[-1]].append(make_row(*row[:-1]))
+    return out
 
 
-def assert_same_rows(iceberg: Any, delta: Any, what: str, delta_rows: list[Any] | None = None) -> None:
-    """Same column names, types and rows (``delta_rows``: Delta's rows when already collected)."""
+def collect_each(frames: Sequence[Any]) -> list[list[Any]]:
+    """Each DataFrame's rows, normalized and sorted (collect_rows_each)."""
+    return [_sorted_rows(_normal(row) for row in rows) for rows in collect_rows_each(frames)]
+
+
+def assert_same_rows(iceberg: Any, delta: Any, what: str, delta_rows: list[Any] | None = None,
+                     iceberg_rows: list[Any] | None = None) -> None:
+    """Same column names, types and rows (``delta_rows``, ``iceberg_rows``: the rows when already collected)."""
     assert iceberg.columns == delta.columns, what
     assert _type_string(iceberg) == _type_string(delta), what
-    ice_rows = _sorted_rows(_normal(row) for row in iceberg.collect())
+    ice_rows = iceberg_rows if iceberg_rows is not None else _sorted_rows(_normal(row) for row in iceberg.collect())
     ref_rows = delta_rows if delta_rows is not None else _sorted_rows(_normal(row) for row in delta.collect())
     missing = [r for r in ref_rows if r not in ice_rows]
     extra = [r for r in ice_rows if r not in ref_rows]
@@ -447,17 +466,23 @@ def converted(request: pytest.FixtureRequest, iceberg_spark: Any,
 def test_rows_match_delta_at_every_version(iceberg_spark: Any, converted: Converted) -> None:
     spark, c = iceberg_spark, converted
     summaries = {row.snapshot_id: row.summary for row in c.snapshot_rows}
-    rows: list[Any] = []
-    for version, snapshot_id in sorted(c.snapshots.items()):
+    versions = sorted(c.snapshots.items())
+    deltas = [delta_df(spark, c.path, version) for version, _ in versions]
+    # Each snapshot, then the full re-conversion (the latest snapshot of the table).
+    icebergs = [iceberg_df(spark, c.metadata_location, snapshot_id) for _, snapshot_id in versions]
+    icebergs.append(iceberg_df(spark, c.metadata_location))
+    *ice_rows, full_rows = collect_each(icebergs)
+    for (version, snapshot_id), delta, rows, ice, ice_collected in zip(versions, deltas, collect_each(deltas),
+                                                                       icebergs[:-1], ice_rows, strict=True):
         what = f"{c.name} Delta version {version} / Iceberg snapshot {snapshot_id}"
-        delta = delta_df(spark, c.path, version)
-        rows, files = delta_rows_and_files(delta)
-        assert_same_rows(iceberg_df(spark, c.metadata_location, snapshot_id), delta, what, rows)
+        assert_same_rows(ice, delta, what, rows, ice_collected)
+        # The live files of the Delta version: its state, reconstructed for the read above, is reused.
+        files = {local_path(f) for f in delta.inputFiles()}
         summary = summaries[snapshot_id]
         assert (int(summary["total-records"]), int(summary["total-data-files"])) == (len(rows), len(files)), what
-    # The rows of the latest version were collected last in the loop.
-    assert_same_rows(iceberg_df(spark, c.metadata_location), delta_df(spark, c.path),
-                     f"{c.name} full re-conversion of version {c.latest_version}", rows)
+    # The rows of the latest version: the last read above.
+    assert_same_rows(icebergs[-1], deltas[-1], f"{c.name} full re-conversion of version {c.latest_version}", rows,
+                     full_rows)
 
 
 def test_snapshot_lineage(converted: Converted) -> None:
@@ -576,13 +601,14 @@ def test_metadata_tables_agree_with_the_data(iceberg_spark: Any, converted: Conv
     leaves = list(leaf_columns(delta.schema))
     facts = facts_per_file(spark, delta, leaves)
     problems = []
-    for snapshot_id in (c.snapshots[c.latest_version], c.full_snapshot_id):
-        files = iceberg_df(spark, c.metadata_location, snapshot_id, "files").collect()
+    snapshot_ids = (c.snapshots[c.latest_version], c.full_snapshot_id)
+    files_each = collect_rows_each([iceberg_df(spark, c.metadata_location, s, "files") for s in snapshot_ids])
+    manifests_each = collect_rows_each([iceberg_df(spark, c.metadata_location, s, "manifests") for s in snapshot_ids])
+    for snapshot_id, files, manifests in zip(snapshot_ids, files_each, manifests_each, strict=True):
         found, bounds = _check_files(c, snapshot_id, files, facts, leaves)
         assert bounds > 0, f"{c.name} snapshot {snapshot_id}: no column bounds at all"
         problems += [f"snapshot {snapshot_id}: {p}" for p in found]
-        _check_manifests(c, snapshot_id, iceberg_df(spark, c.metadata_location, snapshot_id, "manifests").collect(),
-                         files)
+        _check_manifests(c, snapshot_id, manifests, files)
     assert not problems, f"{c.name}:\n" + "\n".join(problems)
     _check_partitions(spark, c, facts, leaves)
 
@@ -698,10 +724,16 @@ def test_negative_zero_matches_zero(iceberg_spark: Any, floats_table: tuple[Path
 
 
 def assert_every_version_matches(spark: Any, path: Path, location: str) -> None:
-    for row in iceberg_df(spark, location, table="snapshots").collect():
-        version = int(row.summary["delta-version"])
-        assert_same_rows(iceberg_df(spark, location, row.snapshot_id), delta_df(spark, path, version),
-                         f"Delta version {version} / Iceberg snapshot {row.snapshot_id}")
+    snapshots = [(row.snapshot_id, int(row.summary["delta-version"]))
+                 for row in iceberg_df(spark, location, table="snapshots").collect()]
+    icebergs = [iceberg_df(spark, location, snapshot_id) for snapshot_id, _ in snapshots]
+    versions = sorted({version for _, version in snapshots})  # each read once (a full re-conversion repeats one)
+    deltas = {version: delta_df(spark, path, version) for version in versions}
+    rows = collect_each(icebergs + list(deltas.values()))
+    delta_rows = dict(zip(versions, rows[len(icebergs):], strict=True))
+    for (snapshot_id, version), iceberg, ice_collected in zip(snapshots, icebergs, rows, strict=False):
+        assert_same_rows(iceberg, deltas[version], f"Delta version {version} / Iceberg snapshot {snapshot_id}",
+                         delta_rows[version], ice_collected)
 
 
 @pytest.fixture(scope="module")
