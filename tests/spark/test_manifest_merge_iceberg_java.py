@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.table import StaticTable
-from test_iceberg_deletion_vectors import FORMAT_VERSIONS, _delta_read, _pyiceberg_rows
+from test_iceberg_deletion_vectors import FORMAT_VERSIONS, _delta_reads, _pyiceberg_rows
 from test_iceberg_read_parity import assert_same_rows, iceberg_df, run_sql
 
 from airflow_deltaberg.core.iceberg.convert import convert
@@ -63,7 +63,7 @@ def test_merged_manifests_read_by_iceberg_java(iceberg_spark: Any, format_versio
     for row in snapshots[:1] + snapshots[-2:]:
         version = int(row.summary["delta-version"])
         # Delta on Spark reads the written table (the copy's log and files): each version once for both tests.
-        delta, delta_rows = _delta_read(iceberg_spark, source, version)
+        [(delta, delta_rows)] = _delta_reads(iceberg_spark, source, [version])
         assert_same_rows(iceberg_df(iceberg_spark, latest.metadata_location, row.snapshot_id), delta, f"v{version}",
                          delta_rows)
         assert _pyiceberg_rows(latest.metadata_location, row.snapshot_id, delta) == delta_rows
