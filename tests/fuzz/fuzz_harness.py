@@ -177,28 +177,6 @@ def copy_table(source: Path, target: Path) -> None:
     make_writable(target)
 
 
-@contextlib.contextmanager
-def manifest_lists_read_once() -> Any:
-    """pyiceberg reads a snapshot's manifest list again for every scan (it caches the manifests, not the list):
-    the checks of one conversion scan its table five times (the full scan, the files table, the filtered scans).
-    A manifest list never changes once written, so within these checks each one is read once."""
-    from pyiceberg.table import snapshots
-
-    original = snapshots._manifests  # noqa: SLF001 - the one function Snapshot.manifests reads a list with
-    read: dict[str, Any] = {}
-
-    def manifests(io: Any, manifest_list: str) -> Any:
-        if manifest_list not in read:
-            read[manifest_list] = original(io, manifest_list)
-        return read[manifest_list]
-
-    snapshots._manifests = manifests  # noqa: SLF001
-    try:
-        yield
-    finally:
-        snapshots._manifests = original  # noqa: SLF001
-
-
 def tree_diff(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
               keep: Callable[[str], bool] = lambda p: True) -> list[str]:
     changed = []
@@ -692,12 +670,6 @@ def _check_verify_stats(copy: Path, result: CaseResult, progress: Callable[..., 
 
 def _check_conversion(plan: CasePlan, root: Path, fixtures_root: Path, run: CliRun, result: CaseResult,
                       progress: Callable[..., None]) -> None:
-    with manifest_lists_read_once():
-        _check_iceberg_table(plan, root, fixtures_root, run, result, progress)
-
-
-def _check_iceberg_table(plan: CasePlan, root: Path, fixtures_root: Path, run: CliRun, result: CaseResult,
-                         progress: Callable[..., None]) -> None:
     from pyiceberg.table import StaticTable
 
     progress("iceberg-read")
