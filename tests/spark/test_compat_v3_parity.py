@@ -25,16 +25,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from test_delta_parity import (
-    COMPAT,
-    add_column,
-    assert_compliant,
-    commit_state,
-    failed_rules,
-    kernel_create,
-    refused,
-    run_sql,
-)
+from support.compat_parity import COMPAT, add_column, assert_compliant, commit_state, failed_rules, refused
+from support.kernel_tables import kernel_create
+from support.spark_rows import run_sql
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable

@@ -53,10 +53,12 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 import pytest
+from support.compat_parity import COMPAT, add_column, assert_compliant, commit_state, failed_rules, refused
+from support.kernel_tables import kernel_append, kernel_create
+from support.spark_rows import run_sql
 
 from airflow_deltaberg.core.compat import validate
 from airflow_deltaberg.core.delta import DeltaTable
-from airflow_deltaberg.core.delta.log.commit import write_commit
 
 pytestmark = pytest.mark.spark
 
@@ -71,12 +73,6 @@ WRITER_COMPAT_V1 = "delta.enableIcebergWriterCompatV1"
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-def run_sql(spark: Any, path: Path, *statements: str) -> None:
-    """Run statements with ``@`` standing for the Delta table at ``path``."""
-    for statement in statements:
-        spark.sql(statement.replace("@", f"delta.`{path}`"))
-
-
 @contextmanager
 def spark_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
     for key, value in conf.items():
@@ -86,87 +82,6 @@ def spark_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
     finally:
         for key in conf:
             spark.conf.unset(key)
-
-
-def error_text(exc: BaseException) -> str:
-    """Error class and message of a Spark (captured or raw py4j) or Kernel exception."""
-    condition = getattr(exc, "getCondition", lambda: None)()
-    java = getattr(exc, "java_exception", None)
-    parts = [type(exc).__name__, str(condition or "")]
-    parts.append(f"{java.getClass().getName()}: {java.getMessage()}" if java is not None else str(exc))
-    return " ".join(parts)
-
-
-def refused(action: Callable[[], Any], *needles: str) -> str:
-    """Run ``action``, which Delta must refuse with an error containing every needle; returns the error."""
-    try:
-        action()
-    except Exception as exc:  # py4j and pyspark raise many types: the text is what counts
-        text = error_text(exc)
-        missing = [n for n in needles if n not in text]
-        assert not missing, f"Delta refused, but the error lacks {missing}:\n{text[:3000]}"
-        return text
-    raise AssertionError(f"Delta accepted what it should refuse (expected an error with {needles})")
-
-
-def commit_state(
-    path: Path,
-    *,
-    configuration: dict[str, str] | None = None,
-    writer_features: frozenset[str] | set[str] = frozenset(),
-    reader_features: frozenset[str] | set[str] = frozenset(),
-    min_reader_version: int = 1,
-    schema: dict[str, Any] | None = None,
-) -> int:
-    """Commit the table's metaData and protocol, copied from our snapshot, with changes: what Delta would have
-    committed without its checks. Reader features lift the protocol to reader version 3."""
-    table = DeltaTable(str(path))
-    snap = table.snapshot()
-    metadata = snap.metadata.to_action()
-    metadata["configuration"] = {**metadata["configuration"], **(configuration or {})}
-    if schema is not None:
-        metadata["schemaString"] = json.dumps(schema)
-    protocol = snap.protocol.to_action()
-    readers = set(snap.protocol.effective_reader_features) | set(reader_features)
-    reader_version = max(protocol["minReaderVersion"], min_reader_version, 3 if reader_features else 1)
-    protocol.update(
-        minReaderVersion=reader_version,
-        minWriterVersion=7,
-        writerFeatures=sorted(set(snap.protocol.effective_writer_features) | set(writer_features) | readers),
-    )
-    protocol.pop("readerFeatures", None)
-    if reader_version >= 3:
-        protocol["readerFeatures"] = sorted(readers)
-    return write_commit(
-        table,
-        [{"protocol": protocol}, {"metaData": metadata}],
-        read_version=snap.version,
-        operation="SET TBLPROPERTIES",
-        parameters={"properties": configuration or {}},
-    )
-
-
-def add_column(path: Path, name: str, type_: Any, config: dict[str, str] | None = None) -> tuple[dict, dict]:
-    """The schema (JSON) and configuration with one more column, id maxColumnId + 1, physical name col-<id>."""
-    snap = DeltaTable(str(path)).snapshot()
-    schema = json.loads(snap.metadata.schema_string)
-    new_id = int(snap.metadata.configuration["delta.columnMapping.maxColumnId"]) + 1
-    schema["fields"].append({
-        "name": name, "type": type_, "nullable": True,
-        "metadata": {"delta.columnMapping.id": new_id, "delta.columnMapping.physicalName": f"col-{new_id}"},
-    })
-    return schema, {**(config or {}), "delta.columnMapping.maxColumnId": str(new_id)}
-
-
-def assert_compliant(path: Path, level: str, *, version: int | None = None) -> Any:
-    report = validate(str(path), level, version=version, data_checks=True)
-    assert report.violations == (), report.to_text()
-    assert report.files_sampled > 0, "the data checks looked at no file"
-    return report
-
-
-def failed_rules(path: Path, level: str) -> set[str]:
-    return validate(str(path), level, data_checks=True).failed_rule_ids
 
 
 def our_files(path: Path) -> set[str]:
@@ -345,66 +260,6 @@ def test_spark_escape_hatch_is_not_writer_compat_v1(spark: Any, tmp_path: Path) 
     assert_compliant(path, "compat-v2")
 
 
-KERNEL_ENGINE_INFO = "airflow-deltaberg-tests"
-
-
-def kernel_create(kernel: Any, path: Path, properties: dict[str, str], *, extra: Any = None,
-                  partition_columns: tuple[str, ...] = (), columns: Any = None) -> int:
-    """Create a table with Delta Kernel: columns ``id long, name string`` (plus ``x`` of type ``extra``)."""
-    k, t = kernel.api, kernel.types
-    schema = columns or t.StructType().add("id", t.LongType.LONG).add("name", t.StringType.STRING)
-    if extra is not None:
-        schema = schema.add("x", extra)
-    builder = (
-        k.Table.forPath(kernel.engine, str(path))
-        .createTransactionBuilder(kernel.engine, KERNEL_ENGINE_INFO, k.Operation.CREATE_TABLE)
-        .withSchema(kernel.engine, schema)
-        .withTableProperties(kernel.engine, kernel.java_map(properties))
-    )
-    if partition_columns:
-        builder = builder.withPartitionColumns(kernel.engine, kernel.java_list(list(partition_columns)))
-    txn = builder.build(kernel.engine)
-    return txn.commit(kernel.engine, k.utils.CloseableIterable.emptyIterable()).getVersion()
-
-
-def _to_physical(value: Any, type_: Any) -> Any:
-    """A row value keyed by logical names -> keyed by physical names (structs only; map keys are data)."""
-    from airflow_deltaberg.core.delta.schema import ArrayType, MapType, StructType
-
-    if value is None:
-        return None
-    if isinstance(type_, StructType):
-        return {f.physical_name: _to_physical(value.get(f.name), f.type) for f in type_.fields}
-    if isinstance(type_, ArrayType):
-        return [_to_physical(v, type_.element_type) for v in value]
-    if isinstance(type_, MapType):
-        return {key: _to_physical(v, type_.value_type) for key, v in value.items()}
-    return value
-
-
-def kernel_append(kernel: Any, path: Path, rows: list[dict[str, Any]], partition: dict[str, str]) -> int:
-    """Append ``rows`` (logical names; one partition) through Kernel: see the module docstring, b)."""
-    k, engine, jvm = kernel.api, kernel.engine, kernel.jvm
-    txn = (k.Table.forPath(engine, str(path))
-           .createTransactionBuilder(engine, KERNEL_ENGINE_INFO, k.Operation.WRITE).build(engine))
-    state = txn.getTransactionState(engine)
-    logical = txn.getSchema(engine)
-    id_mode = getattr(k.internal.util, "ColumnMapping$ColumnMappingMode").ID
-    physical = k.internal.util.ColumnMapping.convertToPhysicalSchema(logical, logical, id_mode)
-    ours = DeltaTable(str(path)).snapshot().schema
-    lines = kernel.java_list([json.dumps(_to_physical(row, ours)) for row in rows])
-    vector = k.internal.util.VectorUtils.buildColumnVector(lines, kernel.types.StringType.STRING)
-    batch = engine.getJsonHandler().parseJson(vector, physical, jvm.java.util.Optional.empty())
-    data = k.internal.util.Utils.singletonCloseableIterator(
-        k.data.FilteredColumnarBatch(batch, jvm.java.util.Optional.empty()))
-    values = kernel.java_map({name: k.expressions.Literal.ofString(v) for name, v in partition.items()})
-    context = k.Transaction.getWriteContext(engine, state, values)
-    files = engine.getParquetHandler().writeParquetFiles(context.getTargetDirectory(), data,
-                                                         context.getStatisticsColumns())
-    actions = k.Transaction.generateAppendActions(engine, state, files, context)
-    return txn.commit(engine, k.utils.CloseableIterable.inMemoryIterable(actions)).getVersion()
-
-
 KERNEL_ROWS = [
     {"id": 1, "name": "a", "tags": ["x", "y"], "attrs": {"k": 1}, "st": {"a": 1, "b": 2.5},
      "ts": "2024-01-01T00:00:00.000Z", "amount": 1.5, "day": "2024-01-01", "p": "A"},
@@ -506,8 +361,6 @@ def _enable(level_property: str, feature: str, **extra: Any) -> dict[str, Any]:
 
 ENABLE_V2 = _enable("delta.enableIcebergCompatV2", "icebergCompatV2")
 ENABLE_V1 = _enable("delta.enableIcebergCompatV1", "icebergCompatV1")
-COMPAT = "DELTA_ICEBERG_COMPAT_VIOLATION"
-
 SPARK_REFUSALS = {
     "v2-deletion-vectors-active": SparkRefusal(
         refuse=(f"CREATE TABLE @ (a INT) USING delta TBLPROPERTIES ({V2}, {ID}, {DV})",),

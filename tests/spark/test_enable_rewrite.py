@@ -24,6 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import QueryBuilder, write_deltalake
+from support.compat_parity import refused
+from support.kernel_tables import kernel_append
 
 from airflow_deltaberg.core.compat.validate import validate
 from airflow_deltaberg.core.delta import DeltaTable
@@ -230,8 +232,6 @@ def test_rewrite_applies_deletion_vectors(spark: Any, copy_fixture: Callable[[st
 def test_spark_reads_and_kernel_appends_after_the_rewrite(spark: Any, kernel: Any, tmp_path: Path) -> None:
     """Spark reads the enabled (partitioned) table; Spark 4.4.0 cannot write it, Delta Kernel appends; the
     validator still passes and Spark and deltalake read old and new rows."""
-    from test_delta_parity import kernel_append, refused
-
     path = tmp_path / "appended"
     write_deltalake(str(path), pa.table({"id": [1, 2, 3], "p": ["A", "B", None], "v": [1.5, None, 3.5]}),
                     partition_by=["p"])

@@ -5,7 +5,6 @@ deletion vectors in Puffin files; in v3, rows keep their row ids (row lineage) a
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,14 +15,16 @@ import pyarrow as pa
 import pytest
 from deltalake import QueryBuilder
 from pyiceberg.table import StaticTable
+from support.delta_log import latest_version
 from support.environment import copy_fixture_table
-from test_iceberg_read_parity import (
-    _normal,
-    _sorted_rows,
+from support.spark_rows import (
+    FORMAT_VERSIONS,
     assert_same_rows,
     collect_each,
     delta_df,
+    delta_reads,
     iceberg_df,
+    pyiceberg_rows,
     run_sql,
 )
 
@@ -32,40 +33,11 @@ from airflow_deltaberg.core.iceberg.convert import convert
 pytestmark = pytest.mark.spark
 
 DV_FIXTURES = ("table-with-dv-small", "with-short-dv", "cdf-table-with-dv")
-FORMAT_VERSIONS = pytest.mark.parametrize("format_version", [2, 3], ids=["v2", "v3"])
-
-
-def _plain(value: Any) -> Any:
-    # Spark collects TIMESTAMP as a naive datetime in the session zone (UTC here); pyiceberg gives it aware.
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return _normal(value)
-
-
-def _pyiceberg_rows(metadata_location: str, snapshot_id: int | None, delta: Any) -> list[Any]:
-    """pyiceberg's rows in Spark's collected form, columns in Delta's order."""
-    table = StaticTable.from_metadata(metadata_location).scan(snapshot_id=snapshot_id).to_arrow()
-    return _sorted_rows(tuple((c, _plain(row[c])) for c in delta.columns) for row in table.to_pylist())
 
 
 def _deltalake_values(path: Path, version: int, column: str) -> list[Any]:
     table = deltalake.DeltaTable(str(path), version=version)
     return sorted(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")).column(column).to_pylist())
-
-
-#: Delta on Spark's reads of a table version: (path, version) -> (DataFrame, its rows). Every table here is
-#: written before it is read, and the DML table is read by both format versions' tests: each version is loaded
-#: and collected once.
-_DELTA_READS: dict[tuple[str, int], tuple[Any, list[Any]]] = {}
-
-
-def _delta_reads(spark: Any, path: Path, versions: list[int]) -> list[tuple[Any, list[Any]]]:
-    """Delta on Spark's reads of ``versions`` of the table, those not read before collected together."""
-    missing = sorted({v for v in versions if (str(path), v) not in _DELTA_READS})
-    frames = [delta_df(spark, path, v) for v in missing]
-    for version, delta, rows in zip(missing, frames, collect_each(frames), strict=True):
-        _DELTA_READS[(str(path), version)] = (delta, rows)
-    return [_DELTA_READS[(str(path), v)] for v in versions]
 
 
 def assert_delete_format(spark: Any, metadata_location: str, format_version: int) -> None:
@@ -88,7 +60,7 @@ def assert_every_snapshot_matches(spark: Any, path: Path, metadata_location: str
     versions = [int(row.summary["delta-version"]) for row in snapshots]
     icebergs = [iceberg_df(spark, metadata_location, row.snapshot_id) for row in snapshots]
     for row, version, iceberg, ice_rows, (delta, delta_rows) in zip(
-            snapshots, versions, icebergs, collect_each(icebergs), _delta_reads(spark, path, versions), strict=True):
+            snapshots, versions, icebergs, collect_each(icebergs), delta_reads(spark, path, versions), strict=True):
         deletes = max(deletes, int(row.summary.get("total-delete-files", "0")))
         if spark_misreads and version in spark_misreads:
             column = spark_misreads[version]
@@ -97,7 +69,7 @@ def assert_every_snapshot_matches(spark: Any, path: Path, metadata_location: str
             assert sorted(dict(r)[column] for r in ice_rows) == expected
             continue
         assert_same_rows(iceberg, delta, f"{path.name} v{version}", delta_rows, ice_rows)
-        assert _pyiceberg_rows(metadata_location, row.snapshot_id, delta) == delta_rows, \
+        assert pyiceberg_rows(metadata_location, row.snapshot_id, delta) == delta_rows, \
             f"pyiceberg {path.name} v{version}"
     return deletes
 
@@ -137,7 +109,7 @@ def test_fixture_tables_with_deletion_vectors(iceberg_spark: Any, name: str, for
     assert StaticTable.from_metadata(full.metadata_location).metadata.format_version == format_version
     # The latest version's rows as Delta on Spark read them above (not a version Spark misreads).
     assert full.delta_version == latest.delta_version and full.delta_version not in (misreads or {})
-    [(delta, delta_rows)] = _delta_reads(iceberg_spark, delta_path, [full.delta_version])
+    [(delta, delta_rows)] = delta_reads(iceberg_spark, delta_path, [full.delta_version])
     assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), delta, "full", delta_rows)
 
 
@@ -148,10 +120,6 @@ DML_STATEMENTS = (
     "DELETE FROM @ WHERE p = '2'",
     "OPTIMIZE @",
 )
-
-
-def _latest_version(path: Path) -> int:
-    return max(int(p.stem) for p in (path / "_delta_log").glob("*.json"))
 
 
 @pytest.fixture(scope="module")
@@ -166,10 +134,10 @@ def dml_table(iceberg_spark: Any, tmp_path_factory: pytest.TempPathFactory) -> t
         "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
         "INSERT INTO @ SELECT /*+ REPARTITION(1) */ id, CAST(id % 3 AS STRING), id * 1.5 FROM range(0, 60)",
     )
-    versions = [_latest_version(path)]
+    versions = [latest_version(path)]
     for statement in DML_STATEMENTS:
         run_sql(iceberg_spark, path, statement)
-        versions.append(_latest_version(path))
+        versions.append(latest_version(path))
         assert versions[-1] > versions[-2], statement
     return path, tuple(versions)
 
@@ -192,7 +160,7 @@ def test_delta_on_spark_deletes_updates_and_merges(iceberg_spark: Any, format_ve
     # Delta on Spark reads the written table (the same log and data files as the copy): its reads are shared.
     assert assert_every_snapshot_matches(iceberg_spark, written, latest.metadata_location) > 0
     # The latest version's rows as Delta on Spark read them above.
-    [(final, final_rows)] = _delta_reads(iceberg_spark, written, [versions[-1]])
+    [(final, final_rows)] = delta_reads(iceberg_spark, written, [versions[-1]])
     assert len(final_rows) == len([i for i in range(60) if i % 7 and i % 5 and i % 3 != 2])
 
     full_copy = tmp_path / "dv_table_full"

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import functools
 import json
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,15 @@ import deltalake
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from support.spark_rows import (
+    assert_same_rows,
+    collect_each,
+    collect_rows_each,
+    delta_df,
+    iceberg_df,
+    normal,
+    run_sql,
+)
 
 from airflow_deltaberg.core.errors import UnsupportedTypeError
 from airflow_deltaberg.core.iceberg.convert import convert
@@ -62,27 +70,6 @@ UPGRADE_TO_NAME_MAPPING = (
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-def run_sql(spark: Any, path: Path, *statements: str) -> None:
-    """Run statements with ``@`` standing for the Delta table at ``path``."""
-    for statement in statements:
-        spark.sql(statement.replace("@", f"delta.`{path}`"))
-
-
-def delta_df(spark: Any, path: Path, version: int | None = None) -> Any:
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return reader.load(str(path))
-
-
-def iceberg_df(spark: Any, metadata_location: str, snapshot_id: int | None = None, table: str = "") -> Any:
-    """The Iceberg table (or its metadata table ``table``: files, manifests, ...) as Iceberg Java reads it."""
-    reader = spark.read.format("iceberg")
-    if snapshot_id is not None:
-        reader = reader.option("versionAsOf", snapshot_id)
-    return reader.load(metadata_location + (f"#{table}" if table else ""))
-
-
 def local_path(uri: str) -> str:
     """A file path from a Spark file URI (``file:/...``, %-encoded) or a plain path (as Iceberg stores it)."""
     parts = urlsplit(uri)
@@ -94,67 +81,6 @@ def with_file(df: Any) -> Any:
     from pyspark.sql import functions as F
 
     return df.select(F.col("_metadata.file_path").alias("parity_file"), "*")
-
-
-def _normal(value: Any) -> Any:
-    """A comparable, hashable form of a collected value (rows keep their field names; maps become sorted entries;
-    NaN a marker, as NaN != NaN)."""
-    if isinstance(value, float) and math.isnan(value):
-        return "<NaN>"
-    if isinstance(value, bytearray):
-        return bytes(value)
-    if hasattr(value, "asDict"):  # pyspark Row
-        return tuple((k, _normal(v)) for k, v in value.asDict(recursive=False).items())
-    if isinstance(value, dict):
-        return tuple(sorted(((_normal(k), _normal(v)) for k, v in value.items()), key=repr))
-    if isinstance(value, (list, tuple)):
-        return tuple(_normal(v) for v in value)
-    return value
-
-
-def _sorted_rows(rows: Any) -> list[Any]:
-    return sorted(rows, key=repr)
-
-
-def _type_string(df: Any) -> str:
-    # Iceberg has no byte or short: Delta's tinyint/smallint columns read as int through Iceberg.
-    return df.schema.simpleString().replace("tinyint", "int").replace("smallint", "int")
-
-
-def collect_rows_each(frames: Sequence[Any]) -> list[list[Any]]:
-    """Each DataFrame's collected rows, in one Spark job per distinct schema rather than one per DataFrame: frames
-    of the same schema are read as one UNION ALL of their own scans (each Iceberg snapshot, each Delta version
-    read as it is alone), every branch tagged with its index."""
-    from pyspark.sql import Row
-    from pyspark.sql import functions as F
-
-    groups: dict[str, list[int]] = {}
-    for i, df in enumerate(frames):
-        groups.setdefault(df.schema.json(), []).append(i)
-    out: list[list[Any]] = [[] for _ in frames]
-    for indexes in groups.values():
-        make_row = Row(*frames[indexes[0]].columns)
-        tagged = [frames[i].select("*", F.lit(i).alias("parity_index")) for i in indexes]
-        for row in functools.reduce(lambda a, b: a.unionAll(b), tagged).collect():
-            out[row[-1]].append(make_row(*row[:-1]))
-    return out
-
-
-def collect_each(frames: Sequence[Any]) -> list[list[Any]]:
-    """Each DataFrame's rows, normalized and sorted (collect_rows_each)."""
-    return [_sorted_rows(_normal(row) for row in rows) for rows in collect_rows_each(frames)]
-
-
-def assert_same_rows(iceberg: Any, delta: Any, what: str, delta_rows: list[Any] | None = None,
-                     iceberg_rows: list[Any] | None = None) -> None:
-    """Same column names, types and rows (``delta_rows``, ``iceberg_rows``: the rows when already collected)."""
-    assert iceberg.columns == delta.columns, what
-    assert _type_string(iceberg) == _type_string(delta), what
-    ice_rows = iceberg_rows if iceberg_rows is not None else _sorted_rows(_normal(row) for row in iceberg.collect())
-    ref_rows = delta_rows if delta_rows is not None else _sorted_rows(_normal(row) for row in delta.collect())
-    missing = [r for r in ref_rows if r not in ice_rows]
-    extra = [r for r in ice_rows if r not in ref_rows]
-    assert ice_rows == ref_rows, f"{what}: rows only in Delta {missing}, rows only in Iceberg {extra}"
 
 
 @contextmanager
@@ -535,7 +461,7 @@ def _check_files(c: Converted, snapshot_id: int, files: list[Any], facts: dict[s
             i = index[(column,)]
             lo, hi, nulls = fact[f"lo{i}"], fact[f"hi{i}"], fact[f"nulls{i}"]
             expected = None if nulls == fact["n"] else lo
-            if nulls not in (0, fact["n"]) or lo != hi or _normal(value) != _normal(expected):
+            if nulls not in (0, fact["n"]) or lo != hi or normal(value) != normal(expected):
                 problems.append(f"{path}: partition {column}={value!r}, Delta rows have {lo!r}..{hi!r}, {nulls} null")
         metrics = row.readable_metrics.asDict()
         for i, (leaf, _) in enumerate(leaves):
@@ -585,11 +511,11 @@ def _check_partitions(spark: Any, c: Converted, facts: dict[str, dict[str, Any]]
     index = {path: i for i, (path, _) in enumerate(leaves)}
     expected: dict[Any, tuple[int, int]] = {}
     for fact in facts.values():
-        key = _normal(tuple(fact[f"lo{index[(col,)]}"] for col in columns))
+        key = normal(tuple(fact[f"lo{index[(col,)]}"] for col in columns))
         records, files = expected.get(key, (0, 0))
         expected[key] = (records + fact["n"], files + 1)
     actual = {
-        _normal(tuple(row.partition[col] for col in columns)): (row.record_count, row.file_count)
+        normal(tuple(row.partition[col] for col in columns)): (row.record_count, row.file_count)
         for row in iceberg_df(spark, c.metadata_location, table="partitions").collect()
     }
     assert actual == expected, f"{c.name}: #partitions"

@@ -12,16 +12,12 @@ from typing import Any
 
 import pytest
 from pyiceberg.table import StaticTable
-from test_iceberg_deletion_vectors import FORMAT_VERSIONS, _delta_reads, _pyiceberg_rows
-from test_iceberg_read_parity import assert_same_rows, iceberg_df, run_sql
+from support.delta_log import latest_version
+from support.spark_rows import FORMAT_VERSIONS, assert_same_rows, delta_reads, iceberg_df, pyiceberg_rows, run_sql
 
 from airflow_deltaberg.core.iceberg.convert import convert
 
 pytestmark = pytest.mark.spark
-
-
-def _latest_version(path: Path) -> int:
-    return max(int(p.stem) for p in (path / "_delta_log").glob("*.json"))
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +28,13 @@ def written(iceberg_spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tup
     run_sql(iceberg_spark, path,
             "CREATE TABLE @ (id INT, v STRING) USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
             "INSERT INTO @ SELECT /*+ REPARTITION(1) */ id, CAST(id AS STRING) FROM range(0, 40)")
-    versions = [_latest_version(path)]
+    versions = [latest_version(path)]
     for k in range(8):
         if k % 3 == 0:  # a deletion vector on the first file (its delete file replaced), or a new file's
             run_sql(iceberg_spark, path, f"DELETE FROM @ WHERE id = {k} OR id = {1000 + k - 3}")
         else:
             run_sql(iceberg_spark, path, f"INSERT INTO @ VALUES ({1000 + k}, 'new')")
-        versions.append(_latest_version(path))
+        versions.append(latest_version(path))
     return path, versions
 
 
@@ -63,10 +59,10 @@ def test_merged_manifests_read_by_iceberg_java(iceberg_spark: Any, format_versio
     for row in snapshots[:1] + snapshots[-2:]:
         version = int(row.summary["delta-version"])
         # Delta on Spark reads the written table (the copy's log and files): each version once for both tests.
-        [(delta, delta_rows)] = _delta_reads(iceberg_spark, source, [version])
+        [(delta, delta_rows)] = delta_reads(iceberg_spark, source, [version])
         assert_same_rows(iceberg_df(iceberg_spark, latest.metadata_location, row.snapshot_id), delta, f"v{version}",
                          delta_rows)
-        assert _pyiceberg_rows(latest.metadata_location, row.snapshot_id, delta) == delta_rows
+        assert pyiceberg_rows(latest.metadata_location, row.snapshot_id, delta) == delta_rows
     # Every live entry carries the sequence numbers of the snapshot that added its file (its snapshot_id).
     sequence = {s.snapshot_id: s.sequence_number
                 for s in StaticTable.from_metadata(latest.metadata_location).metadata.snapshots}
