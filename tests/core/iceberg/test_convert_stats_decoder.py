@@ -15,12 +15,12 @@ from pathlib import Path
 import deltalake
 import pyarrow as pa
 import pytest
+from support.delta_log import write_commit
+from support.manifests import assert_same_manifests, written_manifests
 
 from airflow_deltaberg.core.delta.stats import stats, stats_template
 from airflow_deltaberg.core.iceberg.convert import convert
 from airflow_deltaberg.core.storage import FileEntry, LocalStorage
-from tests.support.delta_log import write_commit
-from tests.support.manifests import assert_same_manifests, written_manifests
 
 pytestmark = pytest.mark.skipif(not stats_template.available(), reason="numba (the `fast` extra) is not installed")
 
