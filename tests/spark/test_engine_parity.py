@@ -11,28 +11,33 @@ conversion refuses must be refused by the Spark engine with the same error class
 The spark-submit application (local[2], its own JVM, one for the module) is compared the same way on a fixture
 with deletion vectors and on a synthetic 2k-file partitioned table whose checkpoint carries the stats only as a
 ``stats_parsed`` struct with the ``nullCounts`` alias: 500 files per manifest and 1k checkpoint rows per stats
-batch (both engines), so four groups fed by two stats batches, the path 100k files take at the defaults. Iceberg
-Java reads the Spark-written tables with Delta on Spark's rows.
+batch (both engines), so four groups fed by two stats batches, the path 100k files take at the defaults; the same
+spark-submit converts a partitioned deltalake table with a checkpoint and removes at the application's own sizes,
+registering it in a catalog. Iceberg Java reads the Spark-written tables with Delta on Spark's rows.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable as DeltaLakeTable
+from pyiceberg.catalog import load_catalog
 from support.environment import REPO_ROOT, copy_fixture_table
 from support.manifests import assert_same_manifests, written_manifests
 from support.spark_session import run_spark_submit
+from support.tables import partitioned_events
 
 from airflow_deltaberg.core.errors import DeltabergError
-from airflow_deltaberg.core.iceberg.convert import convert
+from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
 from airflow_deltaberg.core.iceberg.manifests import file_manifests
 from airflow_deltaberg.spark.manifest_engine import SparkManifestEngine
 
@@ -171,18 +176,28 @@ SYNTHETIC_FILES, MANIFEST_ROWS, STATS_BATCH_ROWS = 2_000, 500, 1_024
 SUBMITTED = ("table-with-dv-small", "synthetic-2k-nullCounts")
 
 
+class Submission(NamedTuple):
+    """What the module's one spark-submit did: ``tables``, name -> (in-process copy, Spark copy, the in-process
+    ConversionResult), the Spark runs' result files being ``<Spark copy>.json``; its stdout; and the catalog the
+    ``events`` run registered its table in."""
+
+    tables: dict[str, tuple[Path, Path, Any]]
+    stdout: str
+    catalog: dict[str, str]
+
+
 @pytest.fixture(scope="module")
-def submitted(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> dict[str, tuple[Path, Path, Any]]:
-    """Both tables converted in process and, in copies, by one spark-submit of the regenerate application (one JVM
-    for both; tests/support/regenerate_many.py) at the sizes above: name -> (in-process copy, Spark copy, the
-    in-process ConversionResult); the Spark runs' result files are ``<Spark copy>.json``."""
+def submission(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Submission:
+    """One spark-submit of the regenerate application (one JVM for all; tests/support/regenerate_many.py): the
+    SUBMITTED tables at the sizes above, and ``events`` (support.tables.partitioned_events) at the application's
+    own sizes, registered as db.events in a SQLite catalog whose properties it reads from a file."""
     from airflow_deltaberg.core.delta.log import checkpoint_actions
     from airflow_deltaberg.core.delta.log.retention import DAY_MS
     from airflow_deltaberg.core.iceberg import history
 
     root = tmp_path_factory.mktemp("submitted")
     tables: dict[str, tuple[Path, Path, Any]] = {}
-    arguments = [str(MANIFEST_ROWS), str(STATS_BATCH_ROWS)]
+    arguments: list[str] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(history, "DEFAULT_LOG_RETENTION_MS", 100 * 365 * DAY_MS)
         patch.setattr(file_manifests, "MANIFEST_ROWS", MANIFEST_ROWS)
@@ -196,10 +211,25 @@ def submitted(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> d
             with_spark = root / "with-spark" / name
             shutil.copytree(local, with_spark)
             tables[name] = (local, with_spark, convert(str(local)))
-            arguments += ["--", "--table", str(with_spark), "--result-file", f"{with_spark}.json"]
+            arguments += ["--", "--sizes", str(MANIFEST_ROWS), str(STATS_BATCH_ROWS), "--table", str(with_spark),
+                          "--result-file", f"{with_spark}.json"]
+    local, with_spark = root / "local" / "events", root / "with-spark" / "events"
+    partitioned_events(with_spark)
+    shutil.copytree(with_spark, local)
+    tables["events"] = (local, with_spark, convert(str(local)))  # the application's sizes: the defaults
+    catalog = {"type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}"}
+    settings = root / "catalog.json"
+    settings.write_text(json.dumps(catalog))
+    arguments += ["--", "--table", str(with_spark), "--identifier", "db.events", "--catalog-config-json",
+                  f"@{settings}", "--result-file", f"{with_spark}.json"]
     completed = run_spark_submit(REGENERATE_MANY, *arguments)
     assert completed.returncode == 0, completed.stderr[-4000:]
-    return tables
+    return Submission(tables, completed.stdout, catalog)
+
+
+@pytest.fixture(scope="module")
+def submitted(submission: Submission) -> dict[str, tuple[Path, Path, Any]]:
+    return submission.tables
 
 
 @pytest.mark.parametrize("name", SUBMITTED)
@@ -230,6 +260,38 @@ def test_the_synthetic_checkpoint_is_read_in_several_stats_batches(submitted: di
     local, _, _ = submitted["synthetic-2k-nullCounts"]
     chunks = [len(chunk) for chunk in DeltaTable(str(local)).snapshot().iter_files()]
     assert len(chunks) > 1 and sum(chunks) == SYNTHETIC_FILES
+
+
+def printed_results(stdout: str) -> list[dict[str, Any]]:
+    """The result documents the application printed: spark-submit passes on the driver's stderr (logs) in its
+    stdout; each result is an indented JSON block."""
+    return [json.loads(block) for block in re.findall(r"^\{\n.*?^\}$", stdout, re.MULTILINE | re.DOTALL)]
+
+
+def scanned_rows(rows: pa.Table) -> list[str]:
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows.to_pylist())
+
+
+def test_spark_submit_runs_the_application(submission: Submission) -> None:
+    """The application file through the pyspark install's spark-submit (its own JVM): full conversion, catalog
+    registration with the properties read from a file, the result on stdout and in the result file, and the
+    manifests of the in-process conversion entry by entry (the application's sizes in both)."""
+    local, path, in_process = submission.tables["events"]
+    document = json.loads(Path(f"{path}.json").read_text())["result"]
+
+    assert document in printed_results(submission.stdout)
+    assert set(document) == set(ConversionResult.__dataclass_fields__)
+    assert (document["mode"], document["identifier"], document["files_added"]) == (
+        "full", "db.events", len(DeltaLakeTable(str(path)).file_uris()))
+    # the manifests came from the executors
+    assert re.search(rf"{re.escape(str(path))}: writing the manifests of .* in 1 Spark task\(s\)", submission.stdout)
+    registered = load_catalog("deltaberg", **submission.catalog).load_table("db.events")
+    assert registered.metadata_location == document["metadata_location"]
+    # The batch reader casts every file to the table schema (deltalake's deletes write string_view columns).
+    assert scanned_rows(registered.scan().to_arrow_batch_reader().read_all()) == scanned_rows(
+        DeltaLakeTable(str(path)).to_pyarrow_table())
+    assert_same_manifests(written_manifests(in_process.metadata_location, local),
+                          written_manifests(document["metadata_location"], path))
 
 
 # -- a failed Spark job ---------------------------------------------------------------------------------------------

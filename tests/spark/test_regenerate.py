@@ -6,7 +6,7 @@ Each table is converted twice, in two copies: in process, and with ``SparkManife
 with pyiceberg, must list the same data files (path, partition, record count, size, null counts, bounds) and the
 same position-delete files (partition, record count, the data file and positions they hold). The rows pyiceberg
 reads must be deltalake's for deltalake tables, and Delta on Spark's for the fixtures (deltalake refuses deletion
-vectors). One real spark-submit run proves the command line.
+vectors). The application's real spark-submit is test_engine_parity.py's (one for several tables).
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
-from pyiceberg.catalog import load_catalog
 from pyiceberg.table import StaticTable
-from support.manifests import assert_same_manifests, spark_submit, written_manifests
+from support.tables import event_rows, partitioned_events
 
 from airflow_deltaberg.core.delta import DeltaTable
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
@@ -100,9 +98,6 @@ def iceberg_rows(metadata_location: str) -> list[str]:
     return scanned(StaticTable.from_metadata(metadata_location))
 
 
-DEFAULT_MANIFEST_ROWS = file_manifests.MANIFEST_ROWS
-
-
 @pytest.fixture(autouse=True)
 def _small_manifests(monkeypatch: pytest.MonkeyPatch) -> None:
     """Manifests of a few files each, so that even small tables get several groups (several Spark tasks)."""
@@ -135,37 +130,15 @@ def assert_same_conversion(in_process: ConversionResult, local: Path, by_spark: 
     assert len(expected["data"]) == in_process.files_added
 
 
-def rows(first: int, count: int) -> pa.Table:
-    ids = list(range(first, first + count))
-    return pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "name": [f"name-{i}" for i in ids],
-        "region": ["eu" if i % 3 else "us" for i in ids],
-        "bucket": pa.array([i % 12 for i in ids], pa.int32()),  # 10 and 11 sort before 2 as strings
-        "amount": pa.array([i * 1.5 for i in ids], pa.float64()),
-    })
-
-
 def deltalake_rows(path: Path, version: int | None = None) -> list[str]:
     return _canonical(DeltaLakeTable(str(path), version=version).to_pyarrow_table().to_pylist())
-
-
-def partitioned_table(path: Path) -> Path:
-    """deltalake table partitioned by region and bucket: two appends, a checkpoint at version 1, an append and a
-    delete after it (removes of checkpoint files and of newer ones, adds of the rewritten files)."""
-    write_deltalake(str(path), rows(0, 40), partition_by=["region", "bucket"])
-    write_deltalake(str(path), rows(40, 40), mode="append")
-    DeltaLakeTable(str(path)).create_checkpoint()
-    write_deltalake(str(path), rows(80, 20), mode="append")
-    DeltaLakeTable(str(path)).delete("id % 7 = 0")
-    return path
 
 
 # -- Spark against in-process -----------------------------------------------------------------------------------
 
 
 def test_partitioned_table_with_checkpoint_and_removes(spark: Any, tmp_path: Path) -> None:
-    local = partitioned_table(tmp_path / "events")
+    local = partitioned_events(tmp_path / "events")
     segment = DeltaTable(str(local)).snapshot().segment
     assert segment.checkpoint is not None and segment.checkpoint.version == 1 and len(segment.commits) == 2
 
@@ -184,10 +157,10 @@ def test_incremental_after_a_spark_conversion_stays_in_the_driver(spark: Any, tm
                                                                   format_version: int) -> None:
     """The conversion state the executors wrote serves the next, incremental run (no Spark job); in v3 the
     executors write v3 manifests, and the driver's rewrite of their manifests keeps the row ids they assigned."""
-    path = partitioned_table(tmp_path / "events")
+    path = partitioned_events(tmp_path / "events")
     engine = engine_for(spark, path)
     first = convert(str(path), manifest_engine=engine, format_version=format_version)
-    write_deltalake(str(path), rows(100, 10), mode="append")
+    write_deltalake(str(path), event_rows(100, 10), mode="append")
     DeltaLakeTable(str(path)).delete("bucket = 3")  # removes files the executors' manifests list
 
     second = convert(str(path), manifest_engine=engine)
@@ -255,37 +228,3 @@ def test_application_failure_writes_a_typed_error(tmp_path: Path, capsys: pytest
     assert (error["type"], error["retryable"], error["table"]) == ("NotADeltaTableError", False,
                                                                   str(tmp_path / "missing"))
     assert "NotADeltaTableError" in capsys.readouterr().err
-
-
-def test_spark_submit_runs_the_application(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The application file through the pyspark install's spark-submit (its own JVM): full conversion, catalog
-    registration with the properties read from a file, the result on stdout and in the result file, and the
-    manifests of the in-process conversion entry by entry."""
-    path = partitioned_table(tmp_path / "events")
-    local = tmp_path / "in-process" / "events"
-    shutil.copytree(path, local)
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
-    settings = tmp_path / "catalog.json"
-    settings.write_text(json.dumps(catalog))
-    result_file = tmp_path / "result.json"
-
-    completed = spark_submit("--table", str(path), "--identifier", "db.events", "--catalog-config-json",
-                             f"@{settings}", "--result-file", str(result_file))
-
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    document = json.loads(result_file.read_text())["result"]
-    # spark-submit passes on the driver's stderr (logs) in its stdout; the result is the indented JSON block.
-    printed = completed.stdout[completed.stdout.index("\n{\n") + 1:]
-    assert json.loads(printed[:printed.index("\n}\n") + 2]) == document
-    assert set(document) == set(ConversionResult.__dataclass_fields__)
-    assert (document["mode"], document["identifier"], document["files_added"]) == (
-        "full", "db.events", len(DeltaLakeTable(str(path)).file_uris()))
-    assert "in 1 Spark task(s)" in completed.stdout  # the manifests came from the executors
-    registered = load_catalog("deltaberg", **catalog).load_table("db.events")
-    assert registered.metadata_location == document["metadata_location"]
-    assert scanned(registered) == deltalake_rows(path)
-    # The executors wrote the manifests this process writes, entry by entry (default grouping in both).
-    monkeypatch.setattr(file_manifests, "MANIFEST_ROWS", DEFAULT_MANIFEST_ROWS)  # the application's, not 8
-    in_process = convert(str(local))
-    assert_same_manifests(written_manifests(in_process.metadata_location, local),
-                          written_manifests(document["metadata_location"], path))

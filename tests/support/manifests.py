@@ -1,26 +1,14 @@
-"""The two manifest engines under test (tests/spark/test_engine_parity.py, test_regenerate.py): the regenerate
-application run through spark-submit, and the manifests a conversion wrote, read back with fastavro and compared
-entry by entry."""
+"""The manifests a conversion wrote, read back with fastavro and compared entry by entry (in process against the
+Spark manifest engine, the spark-submit application or another conversion)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import fastavro
 import pyarrow.parquet as pq
-
-from support.environment import REPO_ROOT
-from support.spark_session import run_spark_submit
-
-APP = str(REPO_ROOT / "airflow_deltaberg" / "spark" / "regenerate.py")
-
-
-def spark_submit(*arguments: str) -> subprocess.CompletedProcess[str]:
-    """The regenerate application file with ``arguments`` through spark-submit on local[2]."""
-    return run_spark_submit(APP, *arguments, master="local[2]")
 
 
 def _local(location: str) -> str:

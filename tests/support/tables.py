@@ -1,6 +1,7 @@
 """Small Delta tables and their readers: an empty IcebergWriterCompatV1-compliant table, a plain deltalake table,
-an id-mode table whose IcebergWriterCompatV1 is off (the enablement's input), and the log/row readers the tests
-check them with. Written with deltalake or ``support.delta_log``, never with the code under test."""
+an id-mode table whose IcebergWriterCompatV1 is off (the enablement's input), a partitioned table with a checkpoint
+and removes (the regeneration's input), and the log/row readers the tests check them with. Written with deltalake
+or ``support.delta_log``, never with the code under test."""
 
 from __future__ import annotations
 
@@ -152,3 +153,26 @@ def sample_rows(n: int = 6) -> pa.Table:
         "point": pa.array([{"x": float(i), "y": -float(i)} for i in range(n)],
                           pa.struct([("x", pa.float64()), ("y", pa.float64())])),
     })
+
+
+def event_rows(first: int, count: int) -> pa.Table:
+    """``count`` rows from id ``first``: a region and an int bucket to partition by (10 sorts before 2 as a string)."""
+    ids = list(range(first, first + count))
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "name": [f"name-{i}" for i in ids],
+        "region": ["eu" if i % 3 else "us" for i in ids],
+        "bucket": pa.array([i % 12 for i in ids], pa.int32()),
+        "amount": pa.array([i * 1.5 for i in ids], pa.float64()),
+    })
+
+
+def partitioned_events(path: Path) -> Path:
+    """A deltalake table partitioned by region and bucket: two appends, a checkpoint at version 1, an append and a
+    delete after it (removes of checkpoint files and of newer ones, adds of the rewritten files)."""
+    write_deltalake(str(path), event_rows(0, 40), partition_by=["region", "bucket"])
+    write_deltalake(str(path), event_rows(40, 40), mode="append")
+    PeerTable(str(path)).create_checkpoint()
+    write_deltalake(str(path), event_rows(80, 20), mode="append")
+    PeerTable(str(path)).delete("id % 7 = 0")
+    return path
