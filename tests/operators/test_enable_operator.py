@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from airflow.sdk import DAG
 from support.secrets import STORAGE_SECRET, assert_secret_only_in_private_files
-from support.spark_session import delta_spark_jars, submit_conf
+from support.spark_session import delta_spark_jars, jvm_options, submit_conf
 from support.tables import id_mode_table, log_bytes, rows_of
 
 from airflow_deltaberg.core.compat import validate
@@ -179,6 +179,9 @@ def test_cluster_deploy_mode_passes_the_storage_options_inline(run_dag: Callable
     then finds no YARN configuration here, and the task fails with nothing committed."""
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    # The JVM options of the tests' Spark JVMs (the class-data-sharing archive: 5 CPU s without it) reach the local
+    # SparkSubmit JVM this way only: in cluster mode the driver's options are for the remote driver.
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", jvm_options())
     for variable in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
         monkeypatch.delenv(variable, raising=False)
     path = deltalake_table("t")
