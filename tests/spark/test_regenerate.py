@@ -23,6 +23,7 @@ import pytest
 from deltalake import DeltaTable as DeltaLakeTable
 from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
+from support.spark_rows import FORMAT_VERSIONS
 from support.tables import event_rows, partitioned_events
 
 from airflow_deltaberg.core.delta import DeltaTable
@@ -152,7 +153,7 @@ def test_partitioned_table_with_checkpoint_and_removes(spark: Any, tmp_path: Pat
     assert iceberg_rows(by_spark.metadata_location) == deltalake_rows(local)
 
 
-@pytest.mark.parametrize("format_version", [2, 3], ids=["v2", "v3"])
+@FORMAT_VERSIONS
 def test_incremental_after_a_spark_conversion_stays_in_the_driver(spark: Any, tmp_path: Path,
                                                                   format_version: int) -> None:
     """The conversion state the executors wrote serves the next, incremental run (no Spark job); in v3 the
