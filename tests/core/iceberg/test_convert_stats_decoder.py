@@ -63,10 +63,27 @@ def _table(root: Path, checkpoint: bool) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Path]:
+    """The two tables of ``_table`` (~1 s of CPU each), made once for the module; tests convert copies."""
+    root = tmp_path_factory.mktemp("stats-decoder")
+    tables = {False: _table(root / "json-commits", checkpoint=False)}
+    shutil.copytree(tables[False], root / "checkpoint")
+    deltalake.DeltaTable(str(root / "checkpoint")).create_checkpoint()
+    tables[True] = root / "checkpoint"
+    return tables
+
+
+@pytest.fixture
+def table_copy(built: dict[bool, Path], tmp_path: Path) -> Callable[[bool], Path]:
+    """``table_copy(checkpoint)``: a copy of the module's table in tmp_path, the test's to convert."""
+    return lambda checkpoint: Path(shutil.copytree(built[checkpoint], tmp_path / "t"))
+
+
 @pytest.mark.parametrize("checkpoint", [False, True], ids=["json-commits", "deltalake-checkpoint"])
-def test_the_decoder_writes_the_readers_manifests(tmp_path: Path, checkpoint: bool,
+def test_the_decoder_writes_the_readers_manifests(table_copy: Callable[[bool], Path], checkpoint: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    table = _table(tmp_path / "t", checkpoint)
+    table = table_copy(checkpoint)
     taken: list[int] = []
     decode = stats_template.decode
 
@@ -94,10 +111,11 @@ def test_the_decoder_writes_the_readers_manifests(tmp_path: Path, checkpoint: bo
 
 
 @pytest.mark.parametrize(("log_bytes", "loaded"), [(None, False), (0, True)])
-def test_numba_is_loaded_only_for_a_log_worth_it(tmp_path: Path, log_bytes: int | None, loaded: bool) -> None:
+def test_numba_is_loaded_only_for_a_log_worth_it(table_copy: Callable[[bool], Path], log_bytes: int | None,
+                                                 loaded: bool) -> None:
     """A full conversion of a small table parses its stats with the reader and never imports numba (~0.7 s of a
     core); a log of WORTH_LOG_BYTES or more warms the decoder up, and its batches are decoded."""
-    table = _table(tmp_path / "t", checkpoint=True)
+    table = table_copy(True)
     code = "\n".join([
         "import sys",
         "from airflow_deltaberg.core.delta.stats import stats_template",
@@ -110,11 +128,11 @@ def test_numba_is_loaded_only_for_a_log_worth_it(tmp_path: Path, log_bytes: int 
 
 
 @pytest.mark.parametrize("version", [None, 1], ids=["latest", "given-version"])
-def test_a_full_conversion_lists_the_log_once(tmp_path: Path, version: int | None,
+def test_a_full_conversion_lists_the_log_once(table_copy: Callable[[bool], Path], version: int | None,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The log segment that sizes the stats text is the one the snapshot replays (on an object store every listing
     is a LIST request, and a _last_checkpoint GET before it)."""
-    table = _table(tmp_path / "t", checkpoint=True)
+    table = table_copy(True)
     listed: list[str] = []
     lister = LocalStorage.lister  # list_from goes through it too
 
