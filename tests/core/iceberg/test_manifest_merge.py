@@ -14,9 +14,9 @@ import deltalake
 import fastavro
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
 from pyiceberg.table import StaticTable
 from support.oracle import assert_same_rows, kernel_arrow
+from support.tables import Appender
 
 from airflow_deltaberg.core.errors import TablePropertyError
 from airflow_deltaberg.core.iceberg.convert import ConversionResult, convert
@@ -24,13 +24,16 @@ from airflow_deltaberg.core.iceberg.manifests import file_manifests, manifest_me
 from airflow_deltaberg.core.iceberg.manifests.manifest_merge import DEFAULT_MIN_COUNT
 from airflow_deltaberg.core.iceberg.table_properties import DEFAULT_PREVIOUS_VERSIONS
 
+#: Each test's table is appended to through one kept DeltaTable (its paths are the test's own).
+_appender = Appender()
+
 
 def _append(path: Path, i: int) -> None:
     # Numbers only: pyiceberg cannot join the string columns of deltalake's rewritten files (string_view) to those of
     # its appended ones (string).
     rows = pa.table({"id": pa.array([i], pa.int64()), "p": pa.array([i % 3], pa.int32()),
                      "v": pa.array([i], pa.int64())})
-    write_deltalake(str(path), rows, mode="append")
+    _appender(path, rows)
 
 
 def _iceberg(result: ConversionResult) -> StaticTable:
