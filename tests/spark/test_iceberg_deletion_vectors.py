@@ -1,29 +1,30 @@
-"""Deletion vectors: Iceberg readers (Iceberg Java through Spark, and pyiceberg) drop exactly the rows Delta on
-Spark drops, on the fixture tables with deletion vectors and on tables Delta on Spark writes here, at every
-converted version (full and incremental conversion), as Iceberg v2 position delete files and as Iceberg v3
-deletion vectors in Puffin files; in v3, rows keep their row ids (row lineage) across snapshots."""
+"""Deletion vectors: Iceberg readers (Iceberg Java through Spark, and pyiceberg) drop exactly the rows Delta drops
+(deltalake's kernel reader at every version, Delta on Spark too at the latest), on the fixture tables with deletion
+vectors and on tables Delta on Spark writes here, at every converted version (full and incremental conversion), as
+Iceberg v2 position delete files and as Iceberg v3 deletion vectors in Puffin files; in v3, rows keep their row ids
+(row lineage) across snapshots."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import deltalake
-import pyarrow as pa
 import pytest
-from deltalake import QueryBuilder
 from pyiceberg.table import StaticTable
 from support.delta_log import latest_version
 from support.environment import copy_fixture_table
 from support.spark_rows import (
     FORMAT_VERSIONS,
+    assert_kernel_agrees_with_spark,
+    assert_kernel_rows,
     assert_same_rows,
     collect_each,
     delta_df,
     delta_reads,
     iceberg_df,
+    kernel_read,
     pyiceberg_rows,
     run_sql,
 )
@@ -33,11 +34,6 @@ from airflow_deltaberg.core.iceberg.convert import convert
 pytestmark = pytest.mark.spark
 
 DV_FIXTURES = ("table-with-dv-small", "with-short-dv", "cdf-table-with-dv")
-
-
-def _deltalake_values(path: Path, version: int, column: str) -> list[Any]:
-    table = deltalake.DeltaTable(str(path), version=version)
-    return sorted(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")).column(column).to_pylist())
 
 
 def assert_delete_format(spark: Any, metadata_location: str, format_version: int) -> None:
@@ -51,25 +47,22 @@ def assert_delete_format(spark: Any, metadata_location: str, format_version: int
         assert all(d.referenced_data_file and d.content_offset is not None and d.content_size_in_bytes for d in deletes)
 
 
-def assert_every_snapshot_matches(spark: Any, path: Path, metadata_location: str,
-                                  spark_misreads: Mapping[int, str] | None = None) -> int:
-    """Each Iceberg snapshot against Delta on Spark at its Delta version (against deltalake for the versions in
-    ``spark_misreads``, checked to be misread); returns the most delete files a snapshot had."""
+def assert_every_snapshot_matches(spark: Any, path: Path, metadata_location: str) -> int:
+    """Each Iceberg snapshot (read by Iceberg Java and by pyiceberg) against its Delta version as deltalake's kernel
+    reader reads it, the latest version read by Delta on Spark as well, the two agreeing; returns the most delete
+    files a snapshot had."""
     deletes = 0
     snapshots = iceberg_df(spark, metadata_location, table="snapshots").collect()
     versions = [int(row.summary["delta-version"]) for row in snapshots]
     icebergs = [iceberg_df(spark, metadata_location, row.snapshot_id) for row in snapshots]
-    for row, version, iceberg, ice_rows, (delta, delta_rows) in zip(
-            snapshots, versions, icebergs, collect_each(icebergs), delta_reads(spark, path, versions), strict=True):
+    kernel = {version: kernel_read(path, version) for version in set(versions)}
+    [(latest, latest_rows)] = delta_reads(spark, path, [max(versions)])
+    assert_kernel_agrees_with_spark(latest, latest_rows, kernel[max(versions)], f"{path.name} latest")
+    for row, version, iceberg, ice_rows in zip(snapshots, versions, icebergs, collect_each(icebergs), strict=True):
         deletes = max(deletes, int(row.summary.get("total-delete-files", "0")))
-        if spark_misreads and version in spark_misreads:
-            column = spark_misreads[version]
-            expected = _deltalake_values(path, version, column)
-            assert sorted(dict(r)[column] for r in delta_rows) != expected, f"Delta on Spark reads v{version} right now"
-            assert sorted(dict(r)[column] for r in ice_rows) == expected
-            continue
-        assert_same_rows(iceberg, delta, f"{path.name} v{version}", delta_rows, ice_rows)
-        assert pyiceberg_rows(metadata_location, row.snapshot_id, delta) == delta_rows, \
+        delta = kernel[version]
+        assert_kernel_rows(iceberg, delta, f"{path.name} v{version}", ice_rows)
+        assert pyiceberg_rows(metadata_location, row.snapshot_id, delta.columns) == delta.rows, \
             f"pyiceberg {path.name} v{version}"
     return deletes
 
@@ -100,15 +93,15 @@ def test_fixture_tables_with_deletion_vectors(iceberg_spark: Any, name: str, for
         latest = convert(str(path), version=version, format_version=format_version)
     assert latest is not None
     # cdf-table-with-dv v5: the file's DV has cardinality 1 and deltalake drops value 3 (as we do), but Delta on
-    # Spark 4.4.0 returns all 10 rows for that version, even in a fresh session reading only v5.
-    misreads = {5: "value"} if name == "cdf-table-with-dv" else None
+    # Spark 4.4.0 returns all 10 rows for that version, even in a fresh session reading only v5: a version before
+    # the latest, read by deltalake only.
     delta_path = delta_read_copies / name  # the same log and data files as the converted copy
-    assert assert_every_snapshot_matches(iceberg_spark, delta_path, latest.metadata_location, misreads) > 0
+    assert assert_every_snapshot_matches(iceberg_spark, delta_path, latest.metadata_location) > 0
     assert_delete_format(iceberg_spark, latest.metadata_location, format_version)
     full = convert(str(path), full=True)  # keeps the table's format version
     assert StaticTable.from_metadata(full.metadata_location).metadata.format_version == format_version
-    # The latest version's rows as Delta on Spark read them above (not a version Spark misreads).
-    assert full.delta_version == latest.delta_version and full.delta_version not in (misreads or {})
+    # The latest version's rows as Delta on Spark read them above.
+    assert full.delta_version == latest.delta_version
     [(delta, delta_rows)] = delta_reads(iceberg_spark, delta_path, [full.delta_version])
     assert_same_rows(iceberg_df(iceberg_spark, full.metadata_location), delta, "full", delta_rows)
 

@@ -1,8 +1,8 @@
 """Merged manifests (``core/iceberg/manifests/manifest_merge.py``) as Iceberg Java reads them: a Delta on Spark
 table with deletion vectors, converted after every commit, whose data and delete manifests merge; Iceberg Java (strict
 about sequence numbers: a position delete applies only to data files of a sequence number up to its own) reads the rows
-Delta on Spark reads at each checked version, and the merged data entries keep the sequence numbers they were added
-with."""
+Delta reads at each checked version (deltalake's kernel reader; Delta on Spark too at the latest), and the merged data
+entries keep the sequence numbers they were added with."""
 
 from __future__ import annotations
 
@@ -13,7 +13,17 @@ from typing import Any
 import pytest
 from pyiceberg.table import StaticTable
 from support.delta_log import latest_version
-from support.spark_rows import FORMAT_VERSIONS, assert_same_rows, delta_reads, iceberg_df, pyiceberg_rows, run_sql
+from support.spark_rows import (
+    FORMAT_VERSIONS,
+    assert_kernel_agrees_with_spark,
+    assert_kernel_rows,
+    collect_each,
+    delta_reads,
+    iceberg_df,
+    kernel_read,
+    pyiceberg_rows,
+    run_sql,
+)
 
 from airflow_deltaberg.core.iceberg.convert import convert
 
@@ -56,13 +66,17 @@ def test_merged_manifests_read_by_iceberg_java(iceberg_spark: Any, format_versio
     assert len(manifests) <= 4
     assert any(m.existing_data_files_count for m in manifests)  # data entries merged from earlier snapshots
     snapshots = iceberg_df(iceberg_spark, latest.metadata_location, table="snapshots").orderBy("committed_at").collect()
-    for row in snapshots[:1] + snapshots[-2:]:
+    checked = snapshots[:1] + snapshots[-2:]
+    icebergs = [iceberg_df(iceberg_spark, latest.metadata_location, row.snapshot_id) for row in checked]
+    # The latest version read by Delta on Spark too (the written table: the copy's log and files; once for both
+    # tests), agreeing with deltalake's kernel reader, which reads every checked version.
+    [(spark_latest, spark_rows)] = delta_reads(iceberg_spark, source, [versions[-1]])
+    assert_kernel_agrees_with_spark(spark_latest, spark_rows, kernel_read(source, versions[-1]), "latest")
+    for row, iceberg, ice_rows in zip(checked, icebergs, collect_each(icebergs), strict=True):
         version = int(row.summary["delta-version"])
-        # Delta on Spark reads the written table (the copy's log and files): each version once for both tests.
-        [(delta, delta_rows)] = delta_reads(iceberg_spark, source, [version])
-        assert_same_rows(iceberg_df(iceberg_spark, latest.metadata_location, row.snapshot_id), delta, f"v{version}",
-                         delta_rows)
-        assert pyiceberg_rows(latest.metadata_location, row.snapshot_id, delta) == delta_rows
+        delta = kernel_read(source, version)
+        assert_kernel_rows(iceberg, delta, f"v{version}", ice_rows)
+        assert pyiceberg_rows(latest.metadata_location, row.snapshot_id, delta.columns) == delta.rows
     # Every live entry carries the sequence numbers of the snapshot that added its file (its snapshot_id).
     sequence = {s.snapshot_id: s.sequence_number
                 for s in StaticTable.from_metadata(latest.metadata_location).metadata.snapshots}

@@ -1,18 +1,24 @@
 """Rows read and compared through Spark: Delta tables as Delta on Spark reads them, converted tables as Iceberg
-Java reads them (the Iceberg runtime in the same session), pyiceberg's rows in Spark's collected form, and the
-comparison of both sides (column names, types and normalized, sorted rows)."""
+Java reads them (the Iceberg runtime in the same session), pyiceberg's and deltalake's rows (Arrow) in Spark's
+collected form, and the comparison of both sides (column names, types and normalized, sorted rows)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import deltalake
+import pyarrow as pa
 import pytest
 from pyiceberg.table import StaticTable
+
+from support.oracle import kernel_arrow, normal_type
 
 #: Both Iceberg format versions the read checks run at: v2 (position delete files) and v3 (deletion vectors).
 FORMAT_VERSIONS = pytest.mark.parametrize("format_version", [2, 3], ids=["v2", "v3"])
@@ -59,9 +65,13 @@ def sorted_rows(rows: Any) -> list[Any]:
     return sorted(rows, key=repr)
 
 
-def type_string(df: Any) -> str:
+def _simple(schema: Any) -> str:
     # Iceberg has no byte or short: Delta's tinyint/smallint columns read as int through Iceberg.
-    return df.schema.simpleString().replace("tinyint", "int").replace("smallint", "int")
+    return schema.simpleString().replace("tinyint", "int").replace("smallint", "int")
+
+
+def type_string(df: Any) -> str:
+    return _simple(df.schema)
 
 
 def collect_rows_each(frames: Sequence[Any]) -> list[list[Any]]:
@@ -115,14 +125,80 @@ def delta_reads(spark: Any, path: Path, versions: list[int]) -> list[tuple[Any, 
     return [_DELTA_READS[(str(path), v)] for v in versions]
 
 
-def _plain(value: Any) -> Any:
-    # Spark collects TIMESTAMP as a naive datetime in the session zone (UTC here); pyiceberg gives it aware.
+def _collected(value: Any, kind: pa.DataType) -> Any:
+    """A value of an Arrow column as ``normal`` gives Spark's collected one: structs as rows (fields in order),
+    maps as sorted entries; Spark collects TIMESTAMP as a naive datetime in the session zone (UTC here)."""
+    if value is None:
+        return None
+    if pa.types.is_struct(kind):
+        return tuple((f.name, _collected(value[f.name], f.type)) for f in kind)
+    if pa.types.is_map(kind):
+        entries = ((_collected(k, kind.key_type), _collected(v, kind.item_type)) for k, v in value)
+        return tuple(sorted(entries, key=repr))
+    if pa.types.is_list(kind):
+        return tuple(_collected(v, kind.value_type) for v in value)
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
     return normal(value)
 
 
-def pyiceberg_rows(metadata_location: str, snapshot_id: int | None, delta: Any) -> list[Any]:
-    """pyiceberg's rows in Spark's collected form, columns in Delta's order."""
-    table = StaticTable.from_metadata(metadata_location).scan(snapshot_id=snapshot_id).to_arrow()
-    return sorted_rows(tuple((c, _plain(row[c])) for c in delta.columns) for row in table.to_pylist())
+def arrow_rows(table: pa.Table, columns: Sequence[str]) -> list[Any]:
+    """The rows of an Arrow table (pyiceberg's, deltalake's) in Spark's collected form, normalized and sorted,
+    over ``columns`` in that order."""
+    table = table.select(list(columns))
+    # normal_type: timestamps in microseconds (INT96 reads as nanoseconds), one string and binary type.
+    table = table.cast(pa.schema([pa.field(f.name, normal_type(f.type)) for f in table.schema]), safe=False)
+    kinds = [table.schema.field(c).type for c in columns]
+    return sorted_rows(tuple((c, _collected(row[c], k)) for c, k in zip(columns, kinds, strict=True))
+                       for row in table.to_pylist())
+
+
+def pyiceberg_rows(metadata_location: str, snapshot_id: int | None, columns: Sequence[str]) -> list[Any]:
+    """pyiceberg's rows in Spark's collected form, over ``columns`` (Delta's order)."""
+    return arrow_rows(StaticTable.from_metadata(metadata_location).scan(snapshot_id=snapshot_id).to_arrow(), columns)
+
+
+@dataclass(frozen=True)
+class DeltaRead:
+    """A Delta version as a Delta reader reads it: column names, Spark's type string of the Delta schema, rows in
+    Spark's collected form, and the live files' URIs."""
+
+    columns: list[str]
+    types: str
+    rows: list[Any]
+    files: list[str]
+
+
+def spark_read(delta: Any, rows: list[Any]) -> DeltaRead:
+    """Delta on Spark's read of a version: its DataFrame and collected ``rows``."""
+    return DeltaRead(delta.columns, type_string(delta), rows, delta.inputFiles())
+
+
+def kernel_read(path: Path, version: int) -> DeltaRead:
+    """deltalake's kernel-based reader's (``QueryBuilder``) read of a version."""
+    from pyspark.sql.types import StructType
+
+    table = deltalake.DeltaTable(str(path), version=version)
+    arrow = kernel_arrow(table)
+    # Delta's schema is Spark's StructType JSON: its type string is the one Delta on Spark's DataFrame has.
+    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    assert arrow.column_names == schema.fieldNames(), f"{path.name} v{version}"
+    return DeltaRead(schema.fieldNames(), _simple(schema), arrow_rows(arrow, schema.fieldNames()),
+                      table.file_uris())
+
+
+def assert_kernel_rows(iceberg: Any, delta: DeltaRead, what: str, iceberg_rows: list[Any]) -> None:
+    """Iceberg's DataFrame has deltalake's column names, types (as Delta on Spark types them) and rows."""
+    assert iceberg.columns == delta.columns, what
+    assert type_string(iceberg) == delta.types, what
+    missing = [r for r in delta.rows if r not in iceberg_rows]
+    extra = [r for r in iceberg_rows if r not in delta.rows]
+    assert iceberg_rows == delta.rows, f"{what}: rows only in Delta {missing}, rows only in Iceberg {extra}"
+
+
+def assert_kernel_agrees_with_spark(delta: Any, delta_rows: list[Any], kernel: DeltaRead, what: str) -> None:
+    """The two Delta oracles agree on a version: Delta on Spark's DataFrame (its collected ``delta_rows``) and
+    deltalake's read of it have the same column names, types and rows."""
+    assert delta.columns == kernel.columns, what
+    assert type_string(delta) == kernel.types, what
+    assert delta_rows == kernel.rows, f"{what}: Delta on Spark and deltalake read different rows"
