@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from support.cli import DELTABERG
-from support.spark_session import pyspark_submit_args
+from support.spark_session import pyspark_submit_args, python_without_zips
 from support.tables import id_mode_table, rows_of
 
 from airflow_deltaberg.cli import main
@@ -82,7 +81,7 @@ def test_shell_enable_uses_the_fetched_jars_not_ivy(deltalake_table: Callable[..
         "<artifactId>delta-spark_4.1_2.13</artifactId><version>4.4.0</version></project>")
     path = deltalake_table("t", data=pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", None]}))
     before = rows_of(path)
-    env = {**os.environ, "HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+    env = {**os.environ, "HOME": str(home), "PYSPARK_PYTHON": python_without_zips(),
            "PYSPARK_SUBMIT_ARGS": pyspark_submit_args()}  # the tests' JVM options
     env.pop("DELTABERG_SPARK_PACKAGES", None)
     env.pop("DELTABERG_SPARK_JARS", None)

@@ -4,7 +4,7 @@ bound to 127.0.0.1 on free ports, work directories under a temporary folder.
 
 Each worker runs in a process group of its own, so killing a worker takes its executors (and their Python
 workers) with it, as when a machine is lost. The applications' Python (driver and workers) is this interpreter
-through ``python_without_zips``. The master's JSON (``<web UI>/json/``) tells which workers are alive;
+through ``spark_session.python_without_zips``. The master's JSON (``<web UI>/json/``) tells which workers are alive;
 a worker's JSON which executors it runs or ran.
 """
 
@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,7 +24,7 @@ from typing import Any
 
 from support.environment import REPO_ROOT
 from support.servers import free_port
-from support.spark_session import INTERPRETED, java, jvm_options
+from support.spark_session import INTERPRETED, java, jvm_options, python_without_zips, spark_home
 
 START_TIMEOUT_S = 90.0
 WORKERS = 2
@@ -34,12 +32,6 @@ WORKERS = 2
 WORKER_CORES = 1
 WORKER_MEMORY = "768m"
 EXECUTOR_MEMORY = "512m"
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
 
 
 @dataclass
@@ -88,11 +80,6 @@ class SparkCluster:
     workers: list[ClusterProcess] = field(default_factory=list)
 
     @property
-    def python(self) -> Path:
-        """This interpreter, through the wrapper python_without_zips() wrote in the cluster's folder."""
-        return self.root / "python"
-
-    @property
     def master_url(self) -> str:
         return f"spark://{self.host}:{self.port}"
 
@@ -115,8 +102,8 @@ class SparkCluster:
             "spark.cores.max": str(WORKERS * WORKER_CORES),
             "spark.driver.host": self.host,
             "spark.driver.bindAddress": self.host,
-            "spark.pyspark.python": str(self.python),
-            "spark.pyspark.driver.python": str(self.python),
+            "spark.pyspark.python": python_without_zips(),
+            "spark.pyspark.driver.python": python_without_zips(),
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             **INTERPRETED,
@@ -197,23 +184,6 @@ def _launch(name: str, log: Path, web_url: str, arguments: list[str]) -> Cluster
     return ClusterProcess(name, process, web_url, log)
 
 
-def python_without_zips(path: Path) -> None:
-    """Write at ``path`` a script that runs this interpreter without pyspark's zips on its PYTHONPATH.
-
-    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's) first on the PYTHONPATH of an application's
-    driver and of each executor's Python daemon. The zip holds no .pyc and zipimport writes none, so each of those
-    processes compiled pyspark's sources again: ~1 CPU s each (``import pyspark.sql`` 1.2 CPU s from the zip, 0.4
-    from the install). SPARK_HOME is the pyspark install beside this interpreter: the same sources, compiled once.
-    """
-    zips = spark_home() / "python" / "lib"
-    path.write_text(
-        "#!/bin/sh\n"
-        f"PYTHONPATH=$(printf %s \"$PYTHONPATH\" | tr : '\\n' | grep -vF {shlex.quote(f'{zips}/')} | paste -sd : -)\n"
-        "export PYTHONPATH\n"
-        f'exec {shlex.quote(sys.executable)} "$@"\n')
-    path.chmod(0o755)
-
-
 def _wait_for(condition: Any, what: str, process: ClusterProcess) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -231,7 +201,6 @@ def _wait_for(condition: Any, what: str, process: ClusterProcess) -> None:
 def spark_cluster(root: Path, workers: int = WORKERS) -> Iterator[SparkCluster]:
     """The body of a session fixture: a master and ``workers`` workers, all alive; every JVM stopped at the end."""
     root.mkdir(parents=True, exist_ok=True)
-    python_without_zips(root / "python")
     host, port, web_port = "127.0.0.1", free_port(), free_port()
     master = _launch("master", root / "master.log", f"http://{host}:{web_port}",
                      ["org.apache.spark.deploy.master.Master", "--host", host, "--port", str(port),

@@ -8,8 +8,11 @@ skips the Delta parity checks would prove nothing).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -45,9 +48,44 @@ BASE_JVM_OPTIONS = (
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 #: Spark settings for the small local jobs the tests submit (operators, example DAGs): no UI, no generated code, and
 #: shuffle and Delta snapshot partitions for 2 cores instead of Spark's 200 and Delta's 50 (each an idle task);
-#: submit_conf() adds the JVM options.
+#: submit_conf() adds the JVM options and python_without_zips().
 _SUBMIT_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                 "spark.databricks.delta.snapshotPartitions": "2", **INTERPRETED}
+
+
+def spark_home() -> Path:
+    """The installed pyspark: the SPARK_HOME of its spark-submit and spark-class."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+@functools.cache
+def python_without_zips() -> str:
+    """A script that runs this interpreter without pyspark's zips on its PYTHONPATH, written once per interpreter
+    under .cache/python/: the Python of every Spark process of the tests (spark-submit's drivers, the session's and
+    the jobs' Python workers, the cluster's applications).
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's) first on the PYTHONPATH of a submitted
+    application's driver and of each Python worker daemon. The zip holds no .pyc and zipimport writes none, so each
+    of those processes compiled pyspark's sources again: ~1 CPU s each (``import pyspark.sql`` 1.2 CPU s from the
+    zip, 0.4 from the install). SPARK_HOME is the pyspark install beside this interpreter: the same sources.
+    """
+    zips = shlex.quote(f"{spark_home() / 'python' / 'lib'}/")
+    text = ("#!/bin/sh\n"
+            f"PYTHONPATH=$(printf %s \"$PYTHONPATH\" | tr : '\\n' | grep -vF {zips} | paste -sd : -)\n"
+            "export PYTHONPATH\n"
+            f'exec {shlex.quote(sys.executable)} "$@"\n')
+    folder = REPO_ROOT / ".cache" / "python"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / hashlib.sha256(text.encode()).hexdigest()[:16]
+    if not path.exists():
+        # Written aside and renamed: the pytest-xdist workers may write it at once, and none may run a half.
+        partial = folder / f"{path.name}.{os.getpid()}"
+        partial.write_text(text)
+        partial.chmod(0o755)
+        partial.replace(path)
+    return str(path)
 
 
 def jvm_options() -> str:
@@ -65,8 +103,10 @@ def pyspark_submit_args() -> str:
 
 
 def submit_conf() -> dict[str, str]:
-    """The Spark settings of the small jobs the tests submit, with the jvm_options()."""
-    return {**_SUBMIT_CONF, "spark.driver.extraJavaOptions": jvm_options()}
+    """The Spark settings of the small jobs the tests submit, with the jvm_options() and python_without_zips()."""
+    python = python_without_zips()
+    return {**_SUBMIT_CONF, "spark.driver.extraJavaOptions": jvm_options(), "spark.pyspark.python": python,
+            "spark.pyspark.driver.python": python}
 
 
 def require_jars(patterns: tuple[str, ...], what: str) -> None:
@@ -100,7 +140,7 @@ def spark_session() -> Iterator[Any]:
         pytest.fail("a SparkSession is already active in this process: its classpath lacks the Delta jars",
                     pytrace=False)
     # Python workers (UDFs, mapInArrow) run `python3` from PATH unless told: use this interpreter and its packages.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", python_without_zips())
     jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     warehouse = REPO_ROOT / ".cache" / "spark-warehouse"
     session = (
@@ -167,10 +207,9 @@ def delta_spark_jars() -> str:
 def spark_submit_command(application: str, *arguments: str, master: str = "local[2]", jars: str | None = None,
                          conf: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The pyspark install's own spark-submit of ``application`` with ``arguments``, and its environment."""
-    import pyspark
-
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    submit = spark_home() / "bin" / "spark-submit"
+    python = python_without_zips()
+    env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
     env.pop("SPARK_HOME", None)  # the pyspark install's own
     settings = {"spark.ui.enabled": "false", **(conf or {})}
     command = [str(submit), "--master", master, *(["--jars", jars] if jars else [])]
