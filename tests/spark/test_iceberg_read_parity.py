@@ -417,7 +417,8 @@ def test_rows_match_delta_at_every_version(iceberg_spark: Any, converted: Conver
     reads = {c.latest_version: spark_read(latest, latest_rows)}
     if earlier:
         earlier_rows = collected[len(icebergs) + 1:]
-        reads |= {v: spark_read(df, rows) for (v, _), df, rows in zip(versions, earlier, earlier_rows, strict=False)}
+        reads |= {v: spark_read(df, rows) for (v, _), df, rows in zip(versions[:-1], earlier, earlier_rows,
+                                                                       strict=True)}
     else:
         kernel_latest = kernel_read(c.path, c.latest_version)
         assert_kernel_agrees_with_spark(latest, latest_rows, kernel_latest, f"{c.name} version {c.latest_version}")

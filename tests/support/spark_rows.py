@@ -101,13 +101,22 @@ def collect_each(frames: Sequence[Any]) -> list[list[Any]]:
 def assert_same_rows(iceberg: Any, delta: Any, what: str, delta_rows: list[Any] | None = None,
                      iceberg_rows: list[Any] | None = None) -> None:
     """Same column names, types and rows (``delta_rows``, ``iceberg_rows``: the rows when already collected)."""
-    assert iceberg.columns == delta.columns, what
-    assert type_string(iceberg) == type_string(delta), what
     ice_rows = iceberg_rows if iceberg_rows is not None else sorted_rows(normal(row) for row in iceberg.collect())
     ref_rows = delta_rows if delta_rows is not None else sorted_rows(normal(row) for row in delta.collect())
-    missing = [r for r in ref_rows if r not in ice_rows]
-    extra = [r for r in ice_rows if r not in ref_rows]
-    assert ice_rows == ref_rows, f"{what}: rows only in Delta {missing}, rows only in Iceberg {extra}"
+    _assert_same_read(what, ("Iceberg", iceberg.columns, type_string(iceberg), ice_rows),
+                      ("Delta", delta.columns, type_string(delta), ref_rows))
+
+
+def _assert_same_read(what: str, read: tuple[str, list[str], str, list[Any]],
+                      expected: tuple[str, list[str], str, list[Any]]) -> None:
+    """Two reads, each (reader, column names, type string, normalized sorted rows), are the same; a difference in
+    rows is shown as the rows only one of them has."""
+    (name, columns, types, rows), (expected_name, expected_columns, expected_types, expected_rows) = read, expected
+    assert columns == expected_columns, what
+    assert types == expected_types, what
+    missing = [r for r in expected_rows if r not in rows]
+    extra = [r for r in rows if r not in expected_rows]
+    assert rows == expected_rows, f"{what}: rows only in {expected_name} {missing}, rows only in {name} {extra}"
 
 
 #: Delta on Spark's reads of a table version: (path, version) -> (DataFrame, its rows). Every table read here is
@@ -189,16 +198,12 @@ def kernel_read(path: Path, version: int) -> DeltaRead:
 
 def assert_kernel_rows(iceberg: Any, delta: DeltaRead, what: str, iceberg_rows: list[Any]) -> None:
     """Iceberg's DataFrame has deltalake's column names, types (as Delta on Spark types them) and rows."""
-    assert iceberg.columns == delta.columns, what
-    assert type_string(iceberg) == delta.types, what
-    missing = [r for r in delta.rows if r not in iceberg_rows]
-    extra = [r for r in iceberg_rows if r not in delta.rows]
-    assert iceberg_rows == delta.rows, f"{what}: rows only in Delta {missing}, rows only in Iceberg {extra}"
+    _assert_same_read(what, ("Iceberg", iceberg.columns, type_string(iceberg), iceberg_rows),
+                      ("Delta", delta.columns, delta.types, delta.rows))
 
 
 def assert_kernel_agrees_with_spark(delta: Any, delta_rows: list[Any], kernel: DeltaRead, what: str) -> None:
     """The two Delta oracles agree on a version: Delta on Spark's DataFrame (its collected ``delta_rows``) and
     deltalake's read of it have the same column names, types and rows."""
-    assert delta.columns == kernel.columns, what
-    assert type_string(delta) == kernel.types, what
-    assert delta_rows == kernel.rows, f"{what}: Delta on Spark and deltalake read different rows"
+    _assert_same_read(what, ("Delta on Spark", delta.columns, type_string(delta), delta_rows),
+                      ("deltalake", kernel.columns, kernel.types, kernel.rows))
