@@ -33,6 +33,7 @@ from deltalake import DeltaTable as DeltaLakeTable
 from pyiceberg.catalog import load_catalog
 from support.environment import REPO_ROOT, copy_fixture_table
 from support.manifests import assert_same_manifests, written_manifests
+from support.oracle import rows_of
 from support.spark_session import run_spark_submit
 from support.tables import partitioned_events
 
@@ -268,10 +269,6 @@ def printed_results(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(block) for block in re.findall(r"^\{\n.*?^\}$", stdout, re.MULTILINE | re.DOTALL)]
 
 
-def scanned_rows(rows: pa.Table) -> list[str]:
-    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows.to_pylist())
-
-
 def test_spark_submit_runs_the_application(submission: Submission) -> None:
     """The application file through the pyspark install's spark-submit (its own JVM): full conversion, catalog
     registration with the properties read from a file, the result on stdout and in the result file, and the
@@ -288,7 +285,7 @@ def test_spark_submit_runs_the_application(submission: Submission) -> None:
     registered = load_catalog("deltaberg", **submission.catalog).load_table("db.events")
     assert registered.metadata_location == document["metadata_location"]
     # The batch reader casts every file to the table schema (deltalake's deletes write string_view columns).
-    assert scanned_rows(registered.scan().to_arrow_batch_reader().read_all()) == scanned_rows(
+    assert rows_of(registered.scan().to_arrow_batch_reader().read_all()) == rows_of(
         DeltaLakeTable(str(path)).to_pyarrow_table())
     assert_same_manifests(written_manifests(in_process.metadata_location, local),
                           written_manifests(document["metadata_location"], path))
